@@ -1,0 +1,103 @@
+import { randomUUID } from 'node:crypto'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { authenticateHook, type AuthenticatedCall } from './authenticate.js'
+import type { PluginContext } from './context.js'
+import type { ResourceRef } from './dataset-source.js'
+import { sendDataset } from './dataset-download.js'
+import { errorMessageOf, sendError } from './error-reply.js'
+import {
+  BadRequestError, DatasetNotFoundError, IdempotencyInProgressError, PipelineNotFoundError
+} from './errors.js'
+import { redactUrl } from './log-redaction.js'
+import type { Pipeline } from './pipeline-runner.js'
+
+export const DATA_ROUTE = '/api/:organization/:project/model/:modelSequence/:type/:resourceSequence'
+
+// How long a call waits for a concurrent call with the same Idempotency-Key
+// to finish before answering 409.
+const IDEMPOTENCY_WAIT_MS = 10_000
+const IDEMPOTENCY_POLL_MS = 25
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
+
+function refOf (call: AuthenticatedCall): ResourceRef {
+  const { organization, project, modelSequence, resourceSequence } = call.locator
+  return { organization, project, modelSequence, resourceSequence }
+}
+
+export interface JobReference {
+  job_id: string
+  job_url: string
+}
+
+/** The data routes and their key hook, in their own encapsulated context. */
+export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
+  const { options, storage } = ctx
+
+  app.decorateRequest('dataEndpointCall', null)
+  app.decorateRequest('dataEndpointKeyPrefix', undefined)
+  app.setErrorHandler(sendError)
+
+  // SPEC.md §7.4: each call is logged with its URL (api_key redacted),
+  // status, message and the key prefix, never the key.
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info({
+      url: redactUrl(request.url),
+      statusCode: reply.statusCode,
+      message: errorMessageOf(request),
+      keyPrefix: request.dataEndpointKeyPrefix
+    }, 'data endpoint call')
+  })
+
+  function baseUrl (request: FastifyRequest): string {
+    return options.baseUrl ?? `${request.protocol}://${request.host}`
+  }
+
+  async function startRun (pipeline: Pipeline, request: FastifyRequest): Promise<JobReference> {
+    const jobId = randomUUID()
+    await pipeline.start(jobId)
+    return { job_id: jobId, job_url: `${baseUrl(request)}/api/job/${jobId}` }
+  }
+
+  async function runPipeline (request: FastifyRequest, reply: FastifyReply, call: AuthenticatedCall): Promise<unknown> {
+    const pipeline = await options.pipelines.getPipeline(refOf(call))
+    if (pipeline === null) throw new PipelineNotFoundError()
+    const idempotencyKey = request.headers['idempotency-key']
+    if (idempotencyKey === undefined) return startRun(pipeline, request)
+    if (typeof idempotencyKey !== 'string' || !IDEMPOTENCY_KEY.test(idempotencyKey)) {
+      throw new BadRequestError('Idempotency-Key must be 1 to 255 visible ASCII characters')
+    }
+
+    const deadline = Date.now() + IDEMPOTENCY_WAIT_MS
+    while (true) {
+      const claim = await storage.claimIdempotencyKey(call.endpointId, idempotencyKey, options.idempotencyTtl)
+      if (claim.claimed) {
+        let body: JobReference
+        try {
+          body = await startRun(pipeline, request)
+        } catch (err) {
+          // Nothing started: let a retry with the same key run.
+          await storage.releaseIdempotencyKey(call.endpointId, idempotencyKey)
+          throw err
+        }
+        // If this write fails the key stays claimed without a body: later calls
+        // get 409 rather than a second run. The run itself did start.
+        await storage.completeIdempotencyKey(call.endpointId, idempotencyKey, JSON.stringify(body))
+          .catch((err: unknown) => request.log.error({ err }, 'idempotency record not completed'))
+        return body
+      }
+      if (claim.response !== null) {
+        return reply.header('idempotent-replayed', 'true').type('application/json; charset=utf-8').send(claim.response)
+      }
+      if (Date.now() >= deadline) throw new IdempotencyInProgressError()
+      await new Promise((resolve) => setTimeout(resolve, IDEMPOTENCY_POLL_MS))
+    }
+  }
+
+  app.all(DATA_ROUTE, { onRequest: authenticateHook(ctx) }, async function dataEndpoint (request, reply) {
+    const call = request.dataEndpointCall as AuthenticatedCall
+    if (call.locator.type === 'pipeline') return runPipeline(request, reply, call)
+    const dataset = await options.datasets.getDataset(refOf(call))
+    if (dataset === null) throw new DatasetNotFoundError()
+    return sendDataset(request, reply, dataset)
+  })
+}

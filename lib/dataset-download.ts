@@ -1,0 +1,83 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Dataset, Entity } from './dataset-source.js'
+import { InvalidParameterError, UnknownFormatError } from './errors.js'
+import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type FormatName } from './formats/index.js'
+import { ddlFor } from './formats/sql.js'
+
+export interface DownloadQuery {
+  format: FormatName
+  entities: readonly Entity[]
+  meta: 'entities' | 'ddl' | undefined
+  archiveType: ArchiveType
+  limit: number | undefined
+}
+
+const NON_NEGATIVE_INTEGER = /^(0|[1-9][0-9]{0,15})$/
+
+function oneOf<T extends string> (name: string, value: unknown, allowed: readonly T[]): T | undefined {
+  if (value === undefined) return undefined
+  if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T
+  throw new InvalidParameterError(`Invalid ${name}: must be one of ${allowed.join(', ')}`)
+}
+
+/** Reads the dataset query (DESIGN.md §2 step 8): format first (500), then the others (400). */
+export function parseDownloadQuery (query: Record<string, unknown>, dataset: Dataset): DownloadQuery {
+  const format = query.format ?? 'sql'
+  if (!isFormatName(format)) throw new UnknownFormatError(String(format))
+  const archiveType = oneOf('archiveType', query.archiveType, ARCHIVE_TYPES) ?? 'zip'
+  const meta = oneOf('meta', query.meta, ['entities', 'ddl'] as const)
+
+  let limit: number | undefined
+  if (query.limit !== undefined) {
+    const text = query.limit
+    if (typeof text !== 'string' || !NON_NEGATIVE_INTEGER.test(text) || !Number.isSafeInteger(Number(text))) {
+      throw new InvalidParameterError('Invalid limit: must be a non-negative integer')
+    }
+    limit = Number(text)
+  }
+
+  let entities = dataset.entities
+  if (query.entity !== undefined) {
+    const chosen = typeof query.entity === 'string' ? entities.find((e) => e.name === query.entity) : undefined
+    if (chosen === undefined) throw new InvalidParameterError('Invalid entity: the dataset has no entity of that name')
+    entities = [chosen]
+  }
+  return { format, entities, meta, archiveType, limit }
+}
+
+/** `attachment` with an ASCII fallback name and the exact UTF-8 name (RFC 6266). */
+export function contentDisposition (fileName: string): string {
+  const ascii = fileName.replace(/[^A-Za-z0-9._-]+/g, '_')
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(fileName)}`
+}
+
+/** Answers a dataset GET whose key is verified and whose dataset exists. */
+export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset): Promise<FastifyReply> {
+  const q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
+  if (q.meta === 'entities') {
+    return reply.type('application/json; charset=utf-8').send(q.entities.map((e) => e.name))
+  }
+  if (q.meta === 'ddl') {
+    return reply.type('text/plain; charset=utf-8').send(ddlFor(q.entities))
+  }
+
+  // Stop reading at the source as soon as the client goes away.
+  const abort = new AbortController()
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) abort.abort()
+  })
+  const format = FORMATS[q.format]
+  if (format === undefined) throw new Error(`Format ${q.format} is not available yet`)
+  const download = format({
+    dataset,
+    entities: q.entities,
+    limit: q.limit,
+    archiveType: q.archiveType,
+    signal: abort.signal
+  })
+  return reply
+    .type(download.contentType)
+    .header('content-disposition', contentDisposition(download.fileName))
+    .header('x-content-type-options', 'nosniff')
+    .send(download.body)
+}

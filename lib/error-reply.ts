@@ -1,0 +1,53 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { redactKeys } from './api-key.js'
+
+function statusOf (error: FastifyError): number {
+  // Only our own catalogue and Fastify's request errors (bad JSON, body too
+  // large, ...) choose a status; anything else thrown is a server error.
+  const own = typeof error.code === 'string' && (error.code.startsWith('FDE_') || error.code.startsWith('FST_'))
+  const status = error.statusCode
+  return own && typeof status === 'number' && status >= 400 && status < 600 ? status : 500
+}
+
+function messageOf (error: FastifyError): string {
+  if (error.validation !== undefined && error.validation.length > 0) {
+    const v = error.validation[0]
+    const where = error.validationContext ?? 'request'
+    const path = v.instancePath.replace(/^\//, '').replaceAll('/', '.')
+    const params = v.params as { additionalProperty?: string }
+    if (v.keyword === 'additionalProperties' && params.additionalProperty !== undefined) {
+      return `${where}: unknown field "${params.additionalProperty}"`
+    }
+    return `${where}${path === '' ? '' : '.' + path}: ${v.message ?? 'is invalid'}`
+  }
+  return error.message || 'Internal Server Error'
+}
+
+/**
+ * The error handler of the plugin's routes: every error body is `{ message }`,
+ * never a stack trace, never a key (key-shaped text is masked).
+ */
+const errorMessages = new WeakMap<FastifyRequest, string>()
+
+/** The message an error response of this request carried, for its log line. */
+export function errorMessageOf (request: FastifyRequest): string | undefined {
+  return errorMessages.get(request)
+}
+
+export function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const status = statusOf(error)
+  const message = redactKeys(messageOf(error))
+  errorMessages.set(request, message)
+  if (status >= 500) {
+    const err = { type: error.name, code: error.code, message: message, stack: redactKeys(error.stack ?? '') }
+    request.log.error({ err, statusCode: status }, message)
+  }
+  const { headers, body } = error as { headers?: Record<string, string>, body?: Record<string, string> }
+  if (headers !== undefined) reply.headers(headers)
+  return reply.code(status).type('application/json; charset=utf-8').send({ ...body, message })
+}
+
+/** Attaches response headers and extra body fields to a catalogue error. */
+export function withDetails<E extends Error> (error: E, details: { headers?: Record<string, string>, body?: Record<string, string> }): E {
+  return Object.assign(error, details)
+}

@@ -1,0 +1,33 @@
+import type { FastifyInstance } from 'fastify'
+import { redactKeys } from './api-key.js'
+import type { PluginContext } from './context.js'
+import { withDetails } from './error-reply.js'
+import { InvalidJobIdError, JobDatasetGoneError, JobNotAvailableError } from './errors.js'
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+function iso (value: Date | string): string {
+  return value instanceof Date ? value.toISOString() : new Date(value).toISOString()
+}
+
+/** The public job status route (SPEC.md §4.3, §7.3). No key needed. */
+export async function jobRoute (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
+  const { jobs } = ctx.options
+
+  app.get<{ Params: { jobId: string } }>('/api/job/:jobId', async (request) => {
+    const { jobId } = request.params
+    if (!UUID.test(jobId)) throw withDetails(new InvalidJobIdError(), { body: { id: redactKeys(jobId) } })
+    const id = jobId.toLowerCase()
+    const job = await jobs.getJob(id)
+    if (job === null) throw withDetails(new JobNotAvailableError(), { body: { job: id } })
+    if (job.type === 'dump' && job.datasetAvailable === false) throw new JobDatasetGoneError()
+    return {
+      job_id: job.id,
+      type: job.type,
+      status: job.status,
+      created_at: iso(job.createdAt),
+      updated_at: iso(job.updatedAt),
+      ...(job.status === 'failed' && job.error !== undefined ? { error: job.error } : {})
+    }
+  })
+}
