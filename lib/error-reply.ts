@@ -11,22 +11,21 @@ function statusOf (error: FastifyError): number {
 
 function messageOf (error: FastifyError): string {
   if (error.validation !== undefined && error.validation.length > 0) {
-    const v = error.validation[0]
     const where = error.validationContext ?? 'request'
+    // TypeBox reports an unknown field first as "schema is false" at its path;
+    // name the field instead, which is what a caller needs to fix.
+    const v = error.validation[0]
     const path = v.instancePath.replace(/^\//, '').replaceAll('/', '.')
-    const params = v.params as { additionalProperty?: string }
-    if (v.keyword === 'additionalProperties' && params.additionalProperty !== undefined) {
-      return `${where}: unknown field "${params.additionalProperty}"`
+    if (v.schemaPath.endsWith('/additionalProperties') || v.keyword === 'additionalProperties') {
+      const extra = (v.params as { additionalProperties?: string[] | string, additionalProperty?: string })
+      const name = extra.additionalProperty ?? [extra.additionalProperties ?? []].flat()[0] ?? path
+      return `${where}: unknown field "${name}"`
     }
     return `${where}${path === '' ? '' : '.' + path}: ${v.message ?? 'is invalid'}`
   }
   return error.message || 'Internal Server Error'
 }
 
-/**
- * The error handler of the plugin's routes: every error body is `{ message }`,
- * never a stack trace, never a key (key-shaped text is masked).
- */
 const errorMessages = new WeakMap<FastifyRequest, string>()
 
 /** The message an error response of this request carried, for its log line. */

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import { redactKeys } from './api-key.js'
 import type { PluginContext } from './context.js'
-import { withDetails } from './error-reply.js'
+import { sendError, withDetails } from './error-reply.js'
 import { InvalidJobIdError, JobDatasetGoneError, JobNotAvailableError } from './errors.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
@@ -13,6 +13,7 @@ function iso (value: Date | string): string {
 /** The public job status route (SPEC.md §4.3, §7.3). No key needed. */
 export async function jobRoute (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
   const { jobs } = ctx.options
+  app.setErrorHandler(sendError)
 
   app.get<{ Params: { jobId: string } }>('/api/job/:jobId', async (request) => {
     const { jobId } = request.params

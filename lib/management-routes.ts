@@ -1,7 +1,7 @@
 import fastifyAuth from '@fastify/auth'
 import { TypeBoxValidatorCompiler, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { generateKey } from './api-key.js'
 import type { PluginContext } from './context.js'
 import { sendError } from './error-reply.js'
@@ -47,6 +47,10 @@ function endpointBody (e: EndpointRecord): EndpointBody {
     keys: e.keys,
     createdAt: e.createdAt.toISOString()
   }
+}
+
+function locatorOf (params: Static<typeof EndpointParams>): EndpointLocator {
+  return { ...params, modelSequence: Number(params.modelSequence), resourceSequence: Number(params.resourceSequence) }
 }
 
 const errors = (...codes: number[]): Record<number, typeof ErrorBody> =>
@@ -167,13 +171,15 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   app.put('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
     schema: {
       params: EndpointParams,
-      body: Type.Optional(PutEndpointBody),
+      body: PutEndpointBody,
       response: { 200: Endpoint, 201: Endpoint, ...errors(400, 403, 404) }
-    }
+    },
+    // No body at all means "no keyIds" (assign the project's only key).
+    preValidation: async (request) => { request.body ??= {} }
   }, async (request, reply) => {
-    const locator = request.params
+    const locator = locatorOf(request.params)
     await requireResource(locator)
-    const keyIds = await keyIdsToAssign(locator, request.body?.keyIds)
+    const keyIds = await keyIdsToAssign(locator, request.body.keyIds)
     const result = await storage.putEndpoint(locator, keyIds)
     if (!result.ok) throw new BadRequestError(`keyIds: not keys of this project: ${result.unknownKeyIds.join(', ')}`)
     return reply.code(result.created ? 201 : 200).send(endpointBody(result.endpoint))
@@ -182,7 +188,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   app.delete('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
     schema: { params: EndpointParams, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
   }, async (request, reply) => {
-    if (!await storage.deleteEndpoint(request.params)) throw new EndpointNotFoundError()
+    if (!await storage.deleteEndpoint(locatorOf(request.params))) throw new EndpointNotFoundError()
     return reply.code(204).send(null)
   })
 }

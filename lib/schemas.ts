@@ -6,7 +6,9 @@ import { Type, type Static } from 'typebox'
 export const ErrorBody = Type.Object({ message: Type.String() })
 
 const Moniker = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._~-]{0,99}$', description: 'moniker' })
-const Sequence = Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })
+// Sequences in paths: positive integers written plainly (no sign, exponent or
+// leading zero), the same rule as the data routes.
+const Sequence = Type.String({ pattern: '^[1-9][0-9]{0,15}$', description: 'positive integer' })
 const Purpose = Type.String({ minLength: 1, maxLength: 200 })
 
 export const ProjectParams = Type.Object({

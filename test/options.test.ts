@@ -1,0 +1,74 @@
+import Fastify from 'fastify'
+import t from 'tap'
+import dataEndpoints, { SqliteStorage, type DataEndpointsOptions } from '../lib/index.js'
+import { MemoryDatasets, MemoryJobs } from './fixtures.js'
+
+function validOptions (): DataEndpointsOptions {
+  const jobs = new MemoryJobs()
+  return {
+    storage: new SqliteStorage({ filename: ':memory:' }),
+    datasets: new MemoryDatasets(),
+    pipelines: jobs,
+    jobs,
+    getPermissions: () => []
+  }
+}
+
+const BAD: Array<[string, Partial<Record<keyof DataEndpointsOptions, unknown>>, RegExp]> = [
+  ['storage missing', { storage: undefined }, /"storage" is required/],
+  ['storage without methods', { storage: {} }, /"storage" must have a method "findEndpointKey"/],
+  ['datasets missing', { datasets: undefined }, /"datasets" is required/],
+  ['pipelines wrong', { pipelines: { start: () => {} } }, /"pipelines" must have a method "getPipeline"/],
+  ['jobs missing', { jobs: null }, /"jobs" is required/],
+  ['getPermissions missing', { getPermissions: undefined }, /"getPermissions" is required/],
+  ['getPermissions not a function', { getPermissions: ['ManageAPIKeys'] }, /"getPermissions"/],
+  ['baseUrl relative', { baseUrl: 'example/data' }, /"baseUrl"/],
+  ['baseUrl ftp', { baseUrl: 'ftp://example.org' }, /"baseUrl"/],
+  ['baseUrl with query', { baseUrl: 'https://example.org/?a=1' }, /"baseUrl"/],
+  ['managementPrefix without slash', { managementPrefix: 'keys' }, /"managementPrefix"/],
+  ['managementPrefix with trailing slash', { managementPrefix: '/keys/' }, /"managementPrefix"/],
+  ['managementPrefix under /api', { managementPrefix: '/api/keys' }, /must not lie under "\/api"/],
+  ['requireHttps not boolean', { requireHttps: 'no' }, /"requireHttps" must be a boolean/],
+  ['bcryptCost too low', { bcryptCost: 3 }, /"bcryptCost" must be an integer from 4 to 31/],
+  ['bcryptCost fractional', { bcryptCost: 10.5 }, /"bcryptCost"/],
+  ['usageFlushInterval zero', { usageFlushInterval: 0 }, /"usageFlushInterval"/],
+  ['verificationCacheSize negative', { verificationCacheSize: -1 }, /"verificationCacheSize"/],
+  ['maxConcurrentHashes zero', { maxConcurrentHashes: 0 }, /"maxConcurrentHashes"/],
+  ['maxQueuedHashes string', { maxQueuedHashes: '5' }, /"maxQueuedHashes"/],
+  ['failureThrottle wrong shape', { failureThrottle: true }, /"failureThrottle"/],
+  ['failureThrottle bad window', { failureThrottle: { maxFailures: 5, windowMs: 0 } }, /"failureThrottle.windowMs"/],
+  ['idempotencyTtl zero', { idempotencyTtl: 0 }, /"idempotencyTtl"/],
+  ['hasher without compare', { hasher: { hash: async () => 'x' } }, /"hasher" must have a method "compare"/]
+]
+
+for (const [name, override, message] of BAD) {
+  t.test(`ready() rejects a bad option: ${name}`, async (t) => {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    app.register(dataEndpoints, { ...validOptions(), ...override } as DataEndpointsOptions)
+    await t.rejects(async () => { await app.ready() }, { code: 'FDE_INVALID_OPTION', message })
+  })
+}
+
+t.test('valid options register and the defaults apply', async (t) => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(dataEndpoints, { ...validOptions(), baseUrl: 'https://data.example.org/' })
+  await app.ready()
+  t.ok(app.hasRoute({ method: 'GET', url: '/api-keys/:organization/:project/keys' }), 'management under /api-keys')
+  t.ok(app.hasRoute({ method: 'GET', url: '/api/job/:jobId' }))
+})
+
+t.test('the data routes, their hook and error handler stay out of the host\'s other routes', async (t) => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(dataEndpoints, validOptions())
+  app.get('/host/thing', async () => { throw new Error('host failure') })
+  app.get('/host/ok', async () => ({ ok: true }))
+  const ok = await app.inject('/host/ok')
+  t.equal(ok.statusCode, 200)
+  t.equal(ok.headers['cache-control'], undefined, 'no data-route header on host routes')
+  const failed = await app.inject('/host/thing')
+  t.equal(failed.statusCode, 500)
+  t.equal(failed.json().error, 'Internal Server Error', 'the host keeps Fastify\'s own error format')
+})
