@@ -1,0 +1,65 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { SqliteStorage } from '../lib/sqlite-storage.js'
+import { storageContract } from './storage-contract.js'
+
+// SqliteStorage against the shared storage contract, in memory and on a file,
+// plus what only SQLite has: its migrations and two handles on one file.
+
+const dir = t.testdir({})
+
+await storageContract(t, 'SqliteStorage in memory', async () => new SqliteStorage({ filename: ':memory:' }))
+const shared = join(dir, 'contract.db')
+await storageContract(t, 'SqliteStorage on a file', async () => new SqliteStorage({ filename: shared }), { shared: true })
+
+interface MigrationRow { version: number, applied_at: number }
+
+t.test('migrations are versioned; re-opening a file does not apply them again', async (t) => {
+  const file = join(dir, 'migrations.db')
+  const first = new SqliteStorage({ filename: file })
+  const applied = first.db.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all() as MigrationRow[]
+  t.ok(applied.length >= 1, 'at least one migration recorded')
+  t.same(applied.map((m) => m.version), applied.map((_, i) => i + 1), 'versions 1..n, each once')
+  const key = await first.createKey({ organization: 'o', project: 'p', prefix: 'AAAAAAAAAA', hash: 'h', purpose: 'kept', isActive: true })
+  await first.close()
+
+  const again = new SqliteStorage({ filename: file })
+  t.teardown(() => again.close())
+  t.same(again.db.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all(), applied,
+    'the same rows: nothing re-applied')
+  t.same(await again.getKey({ organization: 'o', project: 'p' }, key.id), key, 'data survives the re-open')
+})
+
+t.test('two SqliteStorage handles on one file share keys, endpoints, counters and claims', async (t) => {
+  const file = join(dir, 'two.db')
+  const a = new SqliteStorage({ filename: file })
+  const b = new SqliteStorage({ filename: file })
+  t.teardown(async () => { await a.close(); await b.close() })
+  const project = { organization: 'o', project: 'p' }
+  const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+
+  const key = await a.createKey({ ...project, prefix: 'BBBBBBBBBB', hash: 'h', purpose: 'x', isActive: true })
+  const put = await b.putEndpoint(locator, [key.id])
+  t.ok(put.ok, 'b assigns a key a created')
+  const endpointId = put.ok ? put.endpoint.id : ''
+  await a.applyUsage({ calls: new Map([[endpointId, 2]]), lastUsed: new Map() })
+  await b.applyUsage({ calls: new Map([[endpointId, 3]]), lastUsed: new Map() })
+  t.equal((await a.getEndpoint(locator))?.calls, 5)
+  await b.updateKey(project, key.id, { isActive: false })
+  t.equal((await a.findEndpointKey(locator, 'BBBBBBBBBB'))?.key?.isActive, false, 'a disable through b is seen by a')
+  t.same(await a.claimIdempotencyKey(endpointId, 'k', 60_000), { claimed: true })
+  t.same(await b.claimIdempotencyKey(endpointId, 'k', 60_000), { claimed: false, response: null })
+})
+
+t.test('a write blocked by another handle\'s lock fails after busyTimeout instead of hanging', async (t) => {
+  const file = join(dir, 'busy.db')
+  const a = new SqliteStorage({ filename: file })
+  const b = new SqliteStorage({ filename: file, busyTimeout: 50 })
+  t.teardown(async () => { await a.close(); await b.close() })
+  a.db.exec('BEGIN IMMEDIATE')
+  const started = Date.now()
+  await t.rejects(b.claimIdempotencyKey('e', 'k', 60_000), { code: 'SQLITE_BUSY' }, 'refused after the busy timeout, not hung')
+  t.ok(Date.now() - started < 2000)
+  a.db.exec('COMMIT')
+  t.same(await b.claimIdempotencyKey('e', 'k', 60_000), { claimed: true }, 'works once the lock is gone')
+})
