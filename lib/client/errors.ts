@@ -1,0 +1,62 @@
+// The errors the client throws. Every one is a DataEndpointsError with a
+// message fit to show a user and, when the server answered, its status.
+// No message or field ever holds the API key: URLs are redacted and server
+// messages have key-shaped text masked.
+
+export class DataEndpointsError extends Error {
+  /** the HTTP status of the answer, or undefined when none came */
+  readonly status: number | undefined
+  /** the request URL, `api_key` redacted */
+  readonly url: string | undefined
+
+  constructor (message: string, options: { status?: number, url?: string, cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause })
+    this.name = new.target.name
+    this.status = options.status
+    this.url = options.url
+  }
+}
+
+/** The server answered with an error status; `message` is the server's `message`. */
+export class HttpError extends DataEndpointsError {
+  declare readonly status: number
+  /** the parsed JSON error body (job errors add `id` or `job`), when there was one */
+  readonly body: Readonly<Record<string, unknown>> | undefined
+  /** what `Retry-After` asked for, in milliseconds */
+  readonly retryAfterMs: number | undefined
+
+  constructor (message: string, options: { status: number, url: string, body?: Record<string, unknown>, retryAfterMs?: number }) {
+    super(message, options)
+    this.body = options.body
+    this.retryAfterMs = options.retryAfterMs
+  }
+}
+
+/**
+ * No answer: the per-attempt time-out fired (`code` 'TIMEOUT') or the
+ * connection failed (`code` such as 'ECONNREFUSED'). `retryable` tells whether
+ * the retry policy treats it as a network time-out.
+ */
+export class NetworkError extends DataEndpointsError {
+  readonly code: string
+  readonly retryable: boolean
+
+  constructor (message: string, options: { code: string, retryable: boolean, url: string, cause?: unknown }) {
+    super(message, options)
+    this.code = options.code
+    this.retryable = options.retryable
+  }
+}
+
+/** A call the client refuses to make: a key in the URL, a key over plain HTTP, a bad option. */
+export class UsageError extends DataEndpointsError {}
+
+/** waitForJob gave up before the job ended; `job` is the last status seen. */
+export class JobWaitTimeoutError extends DataEndpointsError {
+  readonly job: unknown
+
+  constructor (message: string, options: { url: string, job: unknown }) {
+    super(message, { url: options.url })
+    this.job = options.job
+  }
+}

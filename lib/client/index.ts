@@ -1,0 +1,283 @@
+import { randomUUID } from 'node:crypto'
+import { Readable } from 'node:stream'
+import type { ReadableStream as NodeReadableStream } from 'node:stream/web'
+import { loggablePrefix } from '../api-key.js'
+import type { JobStatus, JobType } from '../job-source.js'
+import { redactUrl } from '../log-redaction.js'
+import { attempt, readJson, type AttemptSpec } from './attempt.js'
+import { fileNameOf } from './content-disposition.js'
+import { datasetParams, type DatasetQuery } from './dataset-query.js'
+import { DataEndpointsError, JobWaitTimeoutError, UsageError } from './errors.js'
+import { silentLogger, type ClientLogger } from './log.js'
+import { checkedUrl } from './request-url.js'
+import { DEFAULT_MAX_RETRY_AFTER, DEFAULT_RETRY_DELAYS, realSleep, withRetries, type Sleep } from './retry.js'
+
+// The typed client of fastify-data-endpoints (`fastify-data-endpoints/client`):
+// download a dataset as a stream, run a pipeline, read a job and wait for it.
+// Node's built-in fetch does the HTTP; retries follow SPEC.md §7.4 (retry.ts).
+
+export type { JobStatus, JobType }
+export type { ArchiveType, FormatName } from '../formats/index.js'
+export { DATASET_FORMATS, type DatasetQuery } from './dataset-query.js'
+export * from './errors.js'
+export { jsonLinesLogger, silentLogger, type ClientLogEntry, type ClientLogger } from './log.js'
+export { DEFAULT_MAX_RETRY_AFTER, DEFAULT_RETRY_DELAYS, type Sleep } from './retry.js'
+export { fileNameOf } from './content-disposition.js'
+
+export interface DataEndpointsClientOptions {
+  /** the API key; needed for datasets and pipelines, never sent to job URLs */
+  apiKey?: string
+  /** relative URLs given to the methods are resolved against it */
+  baseUrl?: string | URL
+  /** milliseconds one attempt may take until the answer's headers (and, for JSON answers, its body); default 30000 */
+  timeout?: number
+  /** waits before each retry, in milliseconds; default [1000, 2000, 4000, 8000, 16000]; [] disables retries */
+  retryDelays?: readonly number[]
+  /** the longest `Retry-After` (of a 429) waited for, in milliseconds; default 60000 */
+  maxRetryAfter?: number
+  /** one entry per attempt; default: silent */
+  logger?: ClientLogger
+  /** send the key over plain HTTP to a non-loopback host; default false */
+  allowHttp?: boolean
+  /** how the client waits between retries and polls (tests inject their own) */
+  sleep?: Sleep
+  /** the clock of log times and of waitForJob's time-out; default Date.now */
+  now?: () => number
+}
+
+export interface CallOptions {
+  /** aborts the call, its retries and (for a download) the body stream */
+  signal?: AbortSignal
+}
+
+export interface DatasetDownload {
+  /** the data; read it to the end or destroy it */
+  body: Readable
+  contentType: string | undefined
+  /** from Content-Disposition; a suggestion, not a safe path */
+  fileName: string | undefined
+  /** bytes, when the server said */
+  contentLength: number | undefined
+  headers: Headers
+}
+
+/** The answer to a pipeline call. */
+export interface JobReference {
+  job_id: string
+  job_url: string
+}
+
+/** The answer of `/api/job/:jobId`. */
+export interface JobInfo {
+  job_id: string
+  type: JobType
+  status: JobStatus
+  /** ISO 8601 */
+  created_at: string
+  /** ISO 8601 */
+  updated_at: string
+  /** why a failed job failed */
+  error?: string
+}
+
+export interface RunPipelineOptions extends CallOptions {
+  /** default: a fresh UUID per call, the same on every retry of that call */
+  idempotencyKey?: string
+}
+
+export interface WaitForJobOptions extends CallOptions {
+  /** milliseconds between polls; default 2000 */
+  interval?: number
+  /** milliseconds before giving up with JobWaitTimeoutError; default 3600000 (one hour) */
+  timeout?: number
+  /** hears every status read, the final one included */
+  onStatus?: (job: JobInfo) => void
+}
+
+type JobTarget = string | URL | JobReference
+
+const JOB_STATUSES: readonly string[] = ['queued', 'running', 'succeeded', 'failed']
+const FINAL_STATUSES: readonly string[] = ['succeeded', 'failed']
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/
+
+function positiveInteger (name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new UsageError(`${name} must be a positive integer of milliseconds`)
+  return value
+}
+
+function jobUrlOf (job: JobTarget): string | URL {
+  return typeof job === 'object' && 'job_url' in job ? job.job_url : job
+}
+
+export class DataEndpointsClient {
+  readonly #apiKey: string | undefined
+  readonly #baseUrl: URL | undefined
+  readonly #timeout: number
+  readonly #retryDelays: readonly number[]
+  readonly #maxRetryAfter: number
+  readonly #logger: ClientLogger
+  readonly #allowHttp: boolean
+  readonly #sleep: Sleep
+  readonly #now: () => number
+
+  constructor (options: DataEndpointsClientOptions = {}) {
+    if (options.apiKey !== undefined) {
+      const key = options.apiKey.trim()
+      // Checked here so that fetch never echoes a bad header value, key included, in an error.
+      if (!VISIBLE_ASCII.test(key)) throw new UsageError('The API key is empty or holds characters a key cannot have')
+      this.#apiKey = key
+    }
+    if (options.baseUrl !== undefined) {
+      try {
+        this.#baseUrl = new URL(options.baseUrl)
+      } catch {
+        throw new UsageError(`Invalid baseUrl: ${redactUrl(String(options.baseUrl))}`)
+      }
+    }
+    this.#timeout = positiveInteger('timeout', options.timeout ?? 30_000)
+    const delays = options.retryDelays ?? DEFAULT_RETRY_DELAYS
+    if (!delays.every((d) => Number.isFinite(d) && d >= 0)) throw new UsageError('retryDelays must be non-negative numbers')
+    this.#retryDelays = [...delays]
+    this.#maxRetryAfter = options.maxRetryAfter ?? DEFAULT_MAX_RETRY_AFTER
+    this.#logger = options.logger ?? silentLogger
+    this.#allowHttp = options.allowHttp ?? false
+    this.#sleep = options.sleep ?? realSleep
+    this.#now = options.now ?? Date.now
+  }
+
+  /**
+   * Downloads a dataset. Resolves once the server has answered 200, after
+   * retrying 500 and network time-outs; the body is a stream that is never
+   * retried, since bytes may already be with the caller: a failure mid-body
+   * errors the stream.
+   */
+  async downloadDataset (url: string | URL, query: DatasetQuery = {}, options: CallOptions = {}): Promise<DatasetDownload> {
+    const target = this.#keyedUrl(url)
+    for (const [name, value] of Object.entries(datasetParams(query))) target.searchParams.set(name, value)
+    return this.#call({
+      method: 'GET',
+      url: target,
+      loggedUrl: redactUrl(target.href),
+      headers: this.#keyHeaders(),
+      signal: options.signal,
+      handsOnBody: true,
+      read: async (response, release) => {
+        if (response.body === null) throw new DataEndpointsError('The server sent no body', { status: 200, url: redactUrl(target.href) })
+        const body = Readable.fromWeb(response.body as NodeReadableStream<Uint8Array>)
+        body.once('close', release)
+        const length = Number(response.headers.get('content-length') ?? NaN)
+        return {
+          body,
+          contentType: response.headers.get('content-type') ?? undefined,
+          fileName: fileNameOf(response.headers.get('content-disposition')),
+          contentLength: Number.isSafeInteger(length) ? length : undefined,
+          headers: response.headers
+        }
+      }
+    })
+  }
+
+  /**
+   * Starts a pipeline run. Every attempt of one call sends the same
+   * Idempotency-Key, so a retry after a time-out gets the first run's job
+   * back instead of starting a second run.
+   */
+  async runPipeline (url: string | URL, options: RunPipelineOptions = {}): Promise<JobReference> {
+    const idempotencyKey = options.idempotencyKey ?? randomUUID()
+    if (!VISIBLE_ASCII.test(idempotencyKey) || idempotencyKey.length > 255) {
+      throw new UsageError('idempotencyKey must be 1 to 255 visible ASCII characters')
+    }
+    const target = this.#keyedUrl(url)
+    const body = await this.#call({
+      method: 'POST',
+      url: target,
+      loggedUrl: redactUrl(target.href),
+      headers: { ...this.#keyHeaders(), 'idempotency-key': idempotencyKey },
+      signal: options.signal,
+      handsOnBody: false,
+      read: readJson
+    })
+    if (typeof body?.job_id !== 'string' || typeof body.job_url !== 'string') {
+      throw new DataEndpointsError('The server answered without job_id and job_url', { status: 200, url: redactUrl(target.href) })
+    }
+    return { job_id: body.job_id, job_url: body.job_url }
+  }
+
+  /** Reads a job's status. The job route is public: the key is not sent there. */
+  async getJob (job: JobTarget, options: CallOptions = {}): Promise<JobInfo> {
+    const target = checkedUrl(jobUrlOf(job), { baseUrl: this.#baseUrl, sendsKey: false, allowHttp: this.#allowHttp })
+    const body = await this.#call({
+      method: 'GET',
+      url: target,
+      loggedUrl: redactUrl(target.href),
+      headers: { accept: 'application/json' },
+      signal: options.signal,
+      handsOnBody: false,
+      read: readJson
+    })
+    if (typeof body?.job_id !== 'string' || typeof body.status !== 'string' || !JOB_STATUSES.includes(body.status)) {
+      throw new DataEndpointsError('The server answered with something that is not a job', { status: 200, url: redactUrl(target.href) })
+    }
+    return body as unknown as JobInfo
+  }
+
+  /**
+   * Polls a job until it is `succeeded` or `failed` and resolves with that
+   * final status (a failed job resolves too: look at `status`). Rejects with
+   * JobWaitTimeoutError after `timeout`, or with the error of a poll that
+   * still failed after its retries.
+   */
+  async waitForJob (job: JobTarget, options: WaitForJobOptions = {}): Promise<JobInfo> {
+    const interval = positiveInteger('interval', options.interval ?? 2000)
+    const timeout = positiveInteger('timeout', options.timeout ?? 60 * 60 * 1000)
+    const deadline = this.#now() + timeout
+    while (true) {
+      const info = await this.getJob(job, options)
+      options.onStatus?.(info)
+      if (FINAL_STATUSES.includes(info.status)) return info
+      const left = deadline - this.#now()
+      if (left <= 0) {
+        throw new JobWaitTimeoutError(`Job ${info.job_id} is still ${info.status} after ${timeout} ms`, {
+          url: redactUrl(String(jobUrlOf(job))),
+          job: info
+        })
+      }
+      await this.#sleep(Math.min(interval, left), options.signal)
+    }
+  }
+
+  #keyedUrl (url: string | URL): URL {
+    if (this.#apiKey === undefined) throw new UsageError('No API key: give the apiKey option (DATA_ENDPOINTS_API_KEY for the CLI)')
+    return checkedUrl(url, { baseUrl: this.#baseUrl, sendsKey: true, allowHttp: this.#allowHttp })
+  }
+
+  #keyHeaders (): Record<string, string> {
+    return { authorization: `Bearer ${this.#apiKey as string}` }
+  }
+
+  /** Runs the attempts of one call under the retry policy, logging each. */
+  async #call<T> (spec: AttemptSpec<T>): Promise<T> {
+    const keyPrefix = 'authorization' in spec.headers ? loggablePrefix(this.#apiKey) : undefined
+    const log = (n: number, status: number | null, message: string, retryInMs?: number): void => {
+      this.#logger({
+        time: new Date(this.#now()).toISOString(),
+        method: spec.method,
+        url: spec.loggedUrl,
+        status,
+        message,
+        ...(keyPrefix === undefined ? {} : { keyPrefix }),
+        attempt: n,
+        ...(retryInMs === undefined ? {} : { retryInMs })
+      })
+    }
+    const policy = { delays: this.#retryDelays, maxRetryAfter: this.#maxRetryAfter, sleep: this.#sleep, signal: spec.signal }
+    return withRetries(async (n) => {
+      const value = await attempt(spec, this.#timeout, this.#now)
+      log(n, 200, 'OK')
+      return value
+    }, policy, (error, n, retryInMs) => {
+      const status = error instanceof DataEndpointsError ? error.status ?? null : null
+      log(n, status, error instanceof Error ? error.message : String(error), retryInMs)
+    })
+  }
+}
