@@ -1,0 +1,69 @@
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import Fastify, { type FastifyInstance } from 'fastify'
+import dataEndpoints, { redactingRequestSerializer, SqliteStorage, type Storage } from '../lib/index.js'
+import { adminTokenPermissions } from './admin-auth.js'
+import type { ExampleConfig } from './config.js'
+import { SampleJobs } from './jobs.js'
+import { openExampleDatabase, SampleDatasets, seedSampleData } from './sample-datasets.js'
+
+export type AppConfig = Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'eventsRows' | 'logLevel'>
+
+/** The plugin's storage: keys, endpoints and counters. */
+export function openStorage (config: Pick<ExampleConfig, 'dataDir'>): Storage {
+  return new SqliteStorage({ filename: join(config.dataDir, 'data-endpoints.db') })
+}
+
+/**
+ * The example host: the plugin with sample datasets, pipelines and jobs, all
+ * in SQLite files under `config.dataDir`. Ready, not listening.
+ */
+export async function buildExampleApp (config: AppConfig): Promise<FastifyInstance> {
+  mkdirSync(config.dataDir, { recursive: true })
+
+  // The sample data and the jobs live in a database of their own, apart from
+  // the plugin's storage, so that another storage can take its place alone.
+  const exampleFile = join(config.dataDir, 'example.db')
+  const exampleDb = openExampleDatabase(exampleFile)
+  let datasets: SampleDatasets | undefined
+  let jobs: SampleJobs | undefined
+  const closeExample = (): void => {
+    jobs?.close()
+    datasets?.close()
+    exampleDb.close()
+  }
+  try {
+    seedSampleData(exampleDb, config.eventsRows)
+    datasets = new SampleDatasets(exampleFile)
+    jobs = new SampleJobs(exampleDb)
+  } catch (err) {
+    closeExample()
+    throw err
+  }
+
+  const app = Fastify({
+    logger: {
+      level: config.logLevel,
+      // Request lines show the URL with api_key redacted and no headers.
+      serializers: { req: redactingRequestSerializer as never }
+    }
+  })
+  // Timers first, then the connections they write through.
+  app.addHook('onClose', async () => closeExample())
+
+  // Fastify's own 404 answer and log line quote the URL, which may carry ?api_key=.
+  app.setNotFoundHandler((request, reply) => reply.code(404).send({ message: 'Not found' }))
+
+  await app.register(dataEndpoints, {
+    storage: openStorage(config),
+    datasets,
+    pipelines: jobs,
+    jobs,
+    getPermissions: adminTokenPermissions(config.adminToken)
+    // requireHttps stays at its default (true): the server listens on
+    // 127.0.0.1 only, and the plugin lets loopback clients use plain HTTP.
+    // Put it behind a TLS proxy (with trustProxy) before exposing it.
+  })
+  await app.ready()
+  return app
+}

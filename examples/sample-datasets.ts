@@ -1,0 +1,254 @@
+import Database from 'better-sqlite3'
+import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row, RowsOptions } from '../lib/index.js'
+
+// The example's datasets, kept in SQLite tables of the example database and
+// streamed from there: acme/shop model 1, dataset 1 `sales` (hand-written rows
+// full of values that formats get wrong) and dataset 2 `events` (generated).
+
+export const SAMPLE_MODEL = { organization: 'acme', project: 'shop', modelSequence: 1 } as const
+
+const id: Column = { name: 'id', type: 'integer', primaryKey: true, nullable: false }
+
+const SALES_ENTITIES: Entity[] = [
+  {
+    name: 'customers',
+    columns: [
+      id,
+      { name: 'name', type: 'text', nullable: false },
+      { name: 'email', type: 'text' },
+      { name: 'city', type: 'text' },
+      { name: 'vip', type: 'boolean' },
+      { name: 'notes', type: 'text' },
+      { name: 'signed_up', type: 'date' }
+    ]
+  },
+  {
+    name: 'products',
+    columns: [
+      id,
+      { name: 'sku', type: 'text', maxLength: 20, nullable: false },
+      { name: 'name', type: 'text', nullable: false },
+      { name: 'price', type: 'decimal', precision: 10, scale: 2, nullable: false },
+      { name: 'in_stock', type: 'boolean' },
+      { name: 'description', type: 'text' }
+    ]
+  },
+  {
+    name: 'orders',
+    columns: [
+      id,
+      { name: 'customer_id', type: 'integer', nullable: false },
+      { name: 'product_id', type: 'integer', nullable: false },
+      { name: 'quantity', type: 'integer', nullable: false },
+      { name: 'unit_price', type: 'decimal', precision: 10, scale: 2, nullable: false },
+      { name: 'paid', type: 'boolean', nullable: false },
+      { name: 'placed_at', type: 'timestamp', withTimeZone: true, nullable: false },
+      { name: 'shipped_at', type: 'timestamp', withTimeZone: true },
+      { name: 'note', type: 'text' }
+    ]
+  }
+]
+
+// Stored as SQLite keeps them, and handed out as the DatasetSource contract
+// allows: decimals as exact text, booleans as 0/1, timestamps as ISO 8601
+// text, dates as 'YYYY-MM-DD'.
+const SALES_ROWS: Record<string, Row[]> = {
+  customers: [
+    [1, 'Ann "The Buyer" O\'Neil', 'ann@example.com', 'Zürich', 1, 'Prefers e-mail, not phone', '2021-03-04'],
+    [2, 'Björn Ångström', 'bjorn@example.se', 'Malmö', 0, 'Line one\nLine two', '2022-11-30'],
+    [3, '山田 太郎', null, '東京', null, null, null],
+    [4, 'Zoë, Ltd.', 'zoe@example.com.br', 'São Paulo', 1, 'Comma, "quotes" and a CRLF\r\nin one note', '2020-02-29'],
+    [5, 'Backslash \\ Bob', 'bob@example.org', 'Kraków', 0, 'C:\\orders\\2024\\; -- not SQL', '1999-12-31'],
+    [6, 'Émilie 🚀 Rocket', 'emilie@example.fr', '', 0, '', '2024-01-01']
+  ],
+  products: [
+    [1, 'MUG-001', 'Mug "Classic"', '9.99', 1, 'Ceramic, 350 ml'],
+    [2, 'TEE-XL', 'T-shirt, size XL', '19.50', 0, 'Cotton\n100%'],
+    [3, 'BOOK-42', 'Café guide – Ñandú edition', '1234.00', 1, null],
+    [4, 'STICKER', 'Sticker \'n\' stuff', '0.00', null, 'Free with any order'],
+    [5, 'ESPRESSO', 'Espresso machine', '99999999.99', 1, 'Tab\tseparated; ends with a backslash \\']
+  ],
+  orders: [
+    [1, 1, 1, 2, '9.99', 1, '2024-01-02T03:04:05.678Z', '2024-01-03T10:00:00.000Z', null],
+    [2, 1, 3, 1, '1234.00', 1, '2024-02-29T23:59:59.999Z', null, 'Gift wrap, please: "Happy birthday!"'],
+    [3, 2, 2, 3, '19.50', 0, '2023-12-31T23:00:00.000Z', null, 'Deliver to:\nBackdoor, 2nd floor'],
+    [4, 3, 4, 10, '0.00', 1, '1999-12-31T23:59:59.000Z', '2000-01-01T00:00:00.000Z', 'ご注文ありがとうございます'],
+    [5, 4, 5, 1, '99999999.99', 0, '2024-06-15T12:30:00.000Z', null, null],
+    [6, 5, 1, 1, '8.50', 1, '2024-07-01T00:00:00.001Z', '2024-07-02T08:15:30.000Z', 'Discounted; was 9.99']
+  ]
+}
+
+const EVENTS_ENTITY: Entity = {
+  name: 'events',
+  columns: [
+    id,
+    { name: 'ts', type: 'timestamp', nullable: false },
+    { name: 'kind', type: 'text', nullable: false },
+    { name: 'value', type: 'float' },
+    { name: 'payload', type: 'text' }
+  ]
+}
+
+interface SampleDataset {
+  name: string
+  entities: readonly Entity[]
+}
+
+const DATASETS = new Map<number, SampleDataset>([
+  [1, { name: 'sales', entities: SALES_ENTITIES }],
+  [2, { name: 'events', entities: [EVENTS_ENTITY] }]
+])
+
+function sqliteType (column: Column): string {
+  switch (column.type) {
+    case 'integer': case 'bigint': case 'boolean': return 'INTEGER'
+    case 'float': return 'REAL'
+    case 'binary': return 'BLOB'
+    default: return 'TEXT' // decimals stay exact as text
+  }
+}
+
+function quote (name: string): string {
+  return `"${name.replaceAll('"', '""')}"`
+}
+
+function createTable (db: Database.Database, entity: Entity): void {
+  const columns = entity.columns.map((c) =>
+    `${quote(c.name)} ${sqliteType(c)}${c.primaryKey === true ? ' PRIMARY KEY' : ''}${c.nullable === false && c.primaryKey !== true ? ' NOT NULL' : ''}`)
+  db.exec(`CREATE TABLE IF NOT EXISTS ${quote(entity.name)} (${columns.join(', ')})`)
+}
+
+function insertSql (entity: Entity, rows: number): string {
+  const one = `(${entity.columns.map(() => '?').join(', ')})`
+  return `INSERT INTO ${quote(entity.name)} VALUES ${Array(rows).fill(one).join(', ')}`
+}
+
+/** A small deterministic generator, so every fresh start has the same events. */
+function mulberry32 (seed: number): () => number {
+  let a = seed
+  return () => {
+    a = (a + 0x6D2B79F5) | 0
+    let t = Math.imul(a ^ (a >>> 15), 1 | a)
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+const KINDS = ['page_view', 'click', 'add_to_cart', 'purchase', 'error']
+const EVENTS_START = Date.UTC(2024, 0, 1)
+
+function * generateEvents (count: number): Generator<unknown[]> {
+  const random = mulberry32(42)
+  let at = EVENTS_START
+  for (let i = 1; i <= count; i++) {
+    at += Math.floor(random() * 5000)
+    const kind = KINDS[Math.floor(random() * KINDS.length)]
+    const value = kind === 'purchase' ? Math.round(random() * 50_000) / 100 : random()
+    const payload = kind === 'error'
+      ? null
+      : JSON.stringify({ path: `/products/${1 + Math.floor(random() * 5)}`, session: Math.floor(random() * 1e9).toString(36) })
+    yield [i, new Date(at).toISOString(), kind, value, payload]
+  }
+}
+
+const EVENTS_BATCH = 500
+
+/**
+ * The writable connection to the example database (sample data and jobs).
+ * WAL mode lets its writes go on while downloads read through another connection.
+ */
+export function openExampleDatabase (filename: string): Database.Database {
+  const db = new Database(filename)
+  try {
+    db.pragma('journal_mode = WAL')
+    db.pragma('busy_timeout = 5000')
+  } catch (err) {
+    db.close()
+    throw err
+  }
+  return db
+}
+
+/**
+ * Creates the sample tables and fills them: `sales` once, `events` whenever
+ * its row count differs from `eventsRows` (the generation is all or nothing,
+ * in one transaction of multi-row inserts).
+ */
+export function seedSampleData (db: Database.Database, eventsRows: number): void {
+  db.exec('CREATE TABLE IF NOT EXISTS sample_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)')
+  for (const entity of [...SALES_ENTITIES, EVENTS_ENTITY]) createTable(db, entity)
+
+  const getMeta = db.prepare<[string], { value: string }>('SELECT value FROM sample_meta WHERE name = ?')
+  const setMeta = db.prepare<[string, string]>('INSERT OR REPLACE INTO sample_meta (name, value) VALUES (?, ?)')
+
+  db.transaction(() => {
+    if (getMeta.get('sales') !== undefined) return
+    for (const entity of SALES_ENTITIES) {
+      const insert = db.prepare(insertSql(entity, 1))
+      for (const row of SALES_ROWS[entity.name]) insert.run(...row)
+    }
+    setMeta.run('sales', 'seeded')
+  }).immediate()
+
+  if (getMeta.get('events_rows')?.value === String(eventsRows)) return
+  const batchInsert = db.prepare(insertSql(EVENTS_ENTITY, EVENTS_BATCH))
+  db.transaction(() => {
+    db.exec(`DELETE FROM ${quote(EVENTS_ENTITY.name)}`)
+    let batch: unknown[] = []
+    for (const row of generateEvents(eventsRows)) {
+      batch.push(...row)
+      if (batch.length === EVENTS_BATCH * row.length) {
+        batchInsert.run(batch)
+        batch = []
+      }
+    }
+    if (batch.length > 0) db.prepare(insertSql(EVENTS_ENTITY, batch.length / EVENTS_ENTITY.columns.length)).run(batch)
+    setMeta.run('events_rows', String(eventsRows))
+  }).immediate()
+}
+
+/**
+ * The example's DatasetSource. Rows are read with its own read-only
+ * connection: better-sqlite3 refuses writes on a connection while one of its
+ * statements is iterating, and a download keeps a statement open for as long
+ * as the client reads. Each `rows()` call has its own statement, so
+ * downloads run side by side, one row in memory at a time.
+ */
+export class SampleDatasets implements DatasetSource {
+  private readonly db: Database.Database
+
+  /** `filename`: the example database, already seeded with `seedSampleData`. */
+  constructor (filename: string) {
+    this.db = new Database(filename, { readonly: true, fileMustExist: true })
+  }
+
+  async getDataset (ref: ResourceRef): Promise<Dataset | null> {
+    if (ref.organization !== SAMPLE_MODEL.organization || ref.project !== SAMPLE_MODEL.project ||
+      ref.modelSequence !== SAMPLE_MODEL.modelSequence) return null
+    const sample = DATASETS.get(ref.resourceSequence)
+    if (sample === undefined) return null
+    return {
+      name: sample.name,
+      entities: sample.entities,
+      rows: (entity, options) => this.rows(sample, entity, options)
+    }
+  }
+
+  private async * rows (sample: SampleDataset, entityName: string, { limit, signal }: RowsOptions): AsyncGenerator<Row> {
+    // Table names come from our own list, never from the request.
+    const entity = sample.entities.find((e) => e.name === entityName)
+    if (entity === undefined) throw new Error(`Dataset ${sample.name} has no entity ${entityName}`)
+    const columns = entity.columns.map((c) => quote(c.name)).join(', ')
+    const statement = this.db.prepare<[number], unknown[]>(
+      `SELECT ${columns} FROM ${quote(entity.name)} ORDER BY ${quote(entity.columns[0].name)} LIMIT ?`).raw()
+    // Leaving the loop (abort, limit, or the consumer returning) resets the statement.
+    for (const row of statement.iterate(limit ?? -1)) {
+      if (signal.aborted) return
+      yield row
+    }
+  }
+
+  close (): void {
+    if (this.db.open) this.db.close()
+  }
+}

@@ -1,0 +1,59 @@
+// The example server (`npm start`): reads the environment, builds the app,
+// listens on 127.0.0.1, prints the admin token and demo key once, and closes
+// gracefully on SIGINT / SIGTERM. See examples/app.ts for the app itself.
+import type { FastifyInstance } from 'fastify'
+import { buildExampleApp } from './app.js'
+import { readConfig, type ExampleConfig } from './config.js'
+import { createDemoKey } from './demo-key.js'
+import { startupBanner } from './startup-banner.js'
+
+const CLOSE_TIMEOUT_MS = 10_000
+
+let config: ExampleConfig
+try {
+  config = readConfig(process.env)
+} catch (err) {
+  console.error(`example server: ${(err as Error).message}`)
+  process.exit(1)
+}
+
+let app: FastifyInstance | undefined
+let closing = false
+
+async function shutdown (signal: string): Promise<void> {
+  if (closing) return
+  closing = true
+  app?.log.info({ signal }, 'closing')
+  // A download that never ends must not keep the process alive for ever.
+  setTimeout(() => {
+    app?.log.error('close timed out')
+    process.exit(1)
+  }, CLOSE_TIMEOUT_MS).unref()
+  try {
+    // Stops accepting, lets in-flight requests end, writes the batched
+    // counters, stops the job timers and closes the databases.
+    await app?.close()
+    process.exit(0)
+  } catch (err) {
+    app?.log.error({ err }, 'close failed')
+    process.exit(1)
+  }
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => { void shutdown(signal) })
+
+try {
+  app = await buildExampleApp(config)
+  const address = await app.listen({ host: '127.0.0.1', port: config.port })
+  const demo = config.demoKey ? (await createDemoKey(app, config.adminToken)) ?? 'exists' : 'off'
+  // Written in one piece to stdout, beside the log lines rather than through the logger.
+  process.stdout.write(startupBanner({
+    baseUrl: address,
+    adminToken: config.adminTokenGenerated ? config.adminToken : null,
+    demo
+  }))
+} catch (err) {
+  if (app !== undefined) app.log.error({ err }, 'start failed')
+  else console.error('example server: start failed:', err)
+  await app?.close().catch(() => {})
+  process.exit(1)
+}

@@ -1,0 +1,369 @@
+import { spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import type { FastifyRequest } from 'fastify'
+import t, { type Test } from 'tap'
+import { adminTokenPermissions } from '../examples/admin-auth.js'
+import { readConfig } from '../examples/config.js'
+import { INTERRUPTED, SampleJobs } from '../examples/jobs.js'
+import { openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData } from '../examples/sample-datasets.js'
+
+// The example server (DESIGN.md §5), run as `npm start` runs it: a real
+// process on a real port, driven by the curl lines it prints.
+
+const ROOT = new URL('..', import.meta.url).pathname
+const RULE = '='.repeat(78)
+const KEY_ANYWHERE = /[A-Za-z0-9]{10}-[A-Za-z0-9]{21}/g
+
+function tempDir (t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'fde-example-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+async function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().once('error', reject).listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+interface Started {
+  baseUrl: string
+  /** the lines between the two rules */
+  banner: string[]
+  curl: Curl[]
+  adminToken: string | undefined
+  demoKey: string | undefined
+  /** stops the process with a signal; resolves with its exit code once its output has ended */
+  stop: (signal?: NodeJS.Signals) => Promise<{ code: number | null, stdout: string }>
+}
+
+interface Curl {
+  line: string
+  method: string
+  headers: Record<string, string>
+  url: string
+  output: string | undefined
+}
+
+function parseCurl (line: string): Curl {
+  const headers: Record<string, string> = {}
+  for (const [, name, value] of line.matchAll(/-H "([^:"]+): ([^"]*)"/g)) headers[name.toLowerCase()] = value
+  const urls = [...line.matchAll(/"(http[^"]+)"/g)]
+  return {
+    line,
+    method: /-X (\w+)/.exec(line)?.[1] ?? 'GET',
+    headers,
+    url: urls[urls.length - 1][1],
+    output: /-o (\S+)/.exec(line)?.[1]
+  }
+}
+
+/** Starts `examples/server.ts` and waits for its start-up block. */
+async function startServer (t: Test, env: Record<string, string>): Promise<Started> {
+  const port = await freePort()
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), EVENTS_ROWS: '1000', ...env }
+  for (const name of ['ADMIN_TOKEN', 'DEMO_KEY', 'LOG_LEVEL'] as const) {
+    if (env[name] === undefined) delete childEnv[name]
+  }
+  const child = spawn(process.execPath, ['--import', 'tsx', 'examples/server.ts'], {
+    cwd: ROOT, env: childEnv, stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)))
+  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+
+  const banner = await new Promise<string[]>((resolve, reject) => {
+    const check = (): void => {
+      const lines = stdout.split('\n')
+      const first = lines.indexOf(RULE)
+      const last = lines.indexOf(RULE, first + 1)
+      if (first >= 0 && last > first) {
+        child.stdout.off('data', check)
+        resolve(lines.slice(first + 1, last))
+      }
+    }
+    child.stdout.on('data', check)
+    void exited.then((code) => reject(new Error(`server exited with ${code} before start-up:\n${stdout}\n${stderr}`)))
+  })
+  return {
+    baseUrl: `http://127.0.0.1:${port}`,
+    banner,
+    curl: banner.filter((l) => l.startsWith('curl ')).map(parseCurl),
+    adminToken: /^Admin token: +(\S+)/.exec(banner.find((l) => l.startsWith('Admin token:')) ?? '')?.[1],
+    demoKey: /^Demo API key: +([A-Za-z0-9]{10}-[A-Za-z0-9]{21})$/.exec(banner.find((l) => l.startsWith('Demo API key:')) ?? '')?.[1],
+    stop: async (signal = 'SIGTERM') => {
+      child.kill(signal)
+      return { code: await exited, stdout }
+    }
+  }
+}
+
+/** Each non-banner line of the output, parsed: they must all be pino JSON. */
+function logLines (stdout: string): Array<Record<string, unknown>> {
+  const lines = stdout.split('\n')
+  const first = lines.indexOf(RULE)
+  const last = lines.indexOf(RULE, first + 1)
+  return [...lines.slice(0, first), ...lines.slice(last + 1)].filter((l) => l !== '').map((l) => JSON.parse(l))
+}
+
+async function send (c: Pick<Curl, 'method' | 'headers' | 'url'>): Promise<{ status: number, body: any }> {
+  const res = await fetch(c.url, { method: c.method, headers: c.headers })
+  return { status: res.status, body: await res.json() }
+}
+
+interface JobBody { job_id: string, status: string, error?: string, created_at: string, updated_at: string }
+
+/** Polls the job until it is finished; returns every status seen, in order, and the last body. */
+async function followJob (jobUrl: string, timeoutMs = 5000): Promise<{ seen: string[], job: JobBody }> {
+  const seen: string[] = []
+  const deadline = Date.now() + timeoutMs
+  while (true) {
+    const { status, body } = await send({ method: 'GET', headers: {}, url: jobUrl })
+    if (status !== 200) throw new Error(`job status ${status} ${JSON.stringify(body)}`)
+    if (seen[seen.length - 1] !== body.status) seen.push(body.status)
+    if (body.status === 'succeeded' || body.status === 'failed' || Date.now() > deadline) return { seen, job: body }
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+t.test('first start, restart with the same data, graceful stop', async (t) => {
+  const dataDir = tempDir(t)
+  // The most verbose level, where a leak would show first.
+  const server = await startServer(t, { DATA_DIR: dataDir, LOG_LEVEL: 'trace' })
+  const { baseUrl, curl, adminToken } = server
+  const key = server.demoKey as string
+  t.match(key, /^[A-Za-z0-9]{10}-[A-Za-z0-9]{21}$/, 'the demo key is printed')
+  t.ok(adminToken !== undefined && adminToken.length >= 20, 'a generated admin token is printed')
+  const model = `${baseUrl}/api/acme/shop/model/1`
+  t.same(curl.map((c) => [c.method, c.url.replace(baseUrl, ''), c.output]), [
+    ['GET', '/api/acme/shop/model/1/dataset/1?format=json', undefined],
+    ['GET', '/api/acme/shop/model/1/dataset/1?format=csv-zip', 'sales.zip'],
+    ['POST', '/api/acme/shop/model/1/pipeline/1', undefined],
+    ['GET', '/api/job/<job_id>', undefined],
+    ['GET', '/api-keys/acme/shop/endpoints', undefined]
+  ], 'curl lines for json, csv-zip, the pipeline, the job and management')
+  const [datasetJson, csvZip, pipelinePost, jobStatus, management] = curl
+  for (const c of [datasetJson, csvZip, pipelinePost]) t.equal(c.headers.authorization, `Bearer ${key}`)
+  t.equal(management.headers.authorization, `Bearer ${adminToken}`)
+
+  // Authenticated data calls, counted per endpoint to check `calls` after a restart.
+  let datasetCalls = 0
+  let pipelineCalls = 0
+
+  const json = await send(datasetJson)
+  datasetCalls++
+  t.equal(json.status, 200)
+  t.same(Object.keys(json.body), ['customers', 'products', 'orders'], 'three entities')
+  const [ann, bjorn, taro] = json.body.customers
+  t.equal(ann.name, 'Ann "The Buyer" O\'Neil', 'quotes survive')
+  t.equal(bjorn.notes, 'Line one\nLine two', 'newlines survive')
+  t.same(taro, { id: 3, name: '山田 太郎', email: null, city: '東京', vip: null, notes: null, signed_up: null },
+    'non-ASCII text and NULLs')
+  t.equal(ann.vip, true, 'booleans')
+  t.equal(ann.signed_up, '2021-03-04', 'dates')
+  t.same(json.body.products.map((p: { price: string }) => p.price), ['9.99', '19.50', '1234.00', '0.00', '99999999.99'],
+    'decimal(10,2) prices, exact')
+  t.equal(json.body.orders[1].placed_at, '2024-02-29T23:59:59.999Z', 'timestamps with milliseconds')
+  t.equal(json.body.orders[1].note, 'Gift wrap, please: "Happy birthday!"', 'commas and quotes together')
+
+  const entities = await send({ method: 'GET', headers: {}, url: `${model}/dataset/1?format=json&meta=entities&api_key=${key}` })
+  datasetCalls++
+  t.same(entities, { status: 200, body: ['customers', 'products', 'orders'] }, 'meta=entities, key in the query')
+
+  const limited = await send({ ...datasetJson, url: `${datasetJson.url}&limit=2&entity=orders` })
+  datasetCalls++
+  t.same(limited.body.orders.map((o: { id: number }) => o.id), [1, 2], 'limit and entity')
+
+  t.same(await send({ ...datasetJson, headers: { authorization: `Bearer ${key.slice(0, 11)}${'x'.repeat(21)}` } }),
+    { status: 403, body: { message: 'Unknown API key' } }, 'a wrong key is refused (and not counted)')
+
+  // Pipeline 1: the job runs about a second, then succeeds.
+  const run = await send(pipelinePost)
+  pipelineCalls++
+  t.equal(run.status, 200)
+  t.match(run.body, { job_id: /^[0-9a-f-]{36}$/, job_url: `${baseUrl}/api/job/${run.body.job_id as string}` })
+  const refreshJobUrl = jobStatus.url.replace('<job_id>', run.body.job_id)
+  t.equal(refreshJobUrl, run.body.job_url, 'the printed job line is the job_url')
+  const refresh = await followJob(refreshJobUrl)
+  t.equal(refresh.seen[refresh.seen.length - 1], 'succeeded')
+  t.ok(refresh.seen.includes('running'), `it ran first (seen: ${refresh.seen.join(', ')})`)
+  t.ok(Date.parse(refresh.job.updated_at) - Date.parse(refresh.job.created_at) >= 1000, 'for about a second')
+
+  // Management needs the admin token, and nothing else will do.
+  const listed = await send(management)
+  t.equal(listed.status, 200)
+  t.same(listed.body.map((e: { path: string, keys: Array<{ purpose: string }> }) => [e.path, e.keys.map((k) => k.purpose)]), [
+    ['/api/acme/shop/model/1/dataset/1', ['demo']],
+    ['/api/acme/shop/model/1/pipeline/1', ['demo']]
+  ], 'the demo key is assigned to dataset 1 and pipeline 1')
+  for (const authorization of [`Bearer ${(adminToken as string).slice(0, -1)}`, `Bearer ${adminToken as string}x`, 'Bearer x',
+    `Basic ${adminToken as string}`, `Bearer ${key}`, '']) {
+    t.same(await send({ ...management, headers: authorization === '' ? {} : { authorization } }),
+      { status: 403, body: { message: 'Not authorized' } }, `management refused for "${authorization.slice(0, 12)}..."`)
+  }
+
+  // Pipeline 2 has no endpoint until a key is assigned; its job fails.
+  const broken = { ...pipelinePost, url: `${model}/pipeline/2` }
+  t.same(await send(broken), { status: 403, body: { message: 'Unknown API Endpoint' } })
+  const demoKeyId = listed.body[0].keys[0].id
+  const assigned = await fetch(`${baseUrl}/api-keys/acme/shop/endpoints/1/pipeline/2`, {
+    method: 'PUT',
+    headers: { ...management.headers, 'content-type': 'application/json' },
+    body: JSON.stringify({ keyIds: [demoKeyId] })
+  })
+  t.equal(assigned.status, 201, 'assigned with the admin token')
+  const brokenRun = await send(broken)
+  t.equal(brokenRun.status, 200)
+  const failed = await followJob(brokenRun.body.job_url)
+  t.match(failed.job, { status: 'failed', error: /\S/ }, 'pipeline 2 ends failed with an error')
+
+  // Fastify's own 404 would echo the URL, key included.
+  const notFound = await send({ method: 'GET', headers: {}, url: `${baseUrl}/nothing/here?api_key=${key}` })
+  t.same(notFound, { status: 404, body: { message: 'Not found' } })
+
+  // The last calls go just before the signal: only the close can have written them.
+  const lastRun = await send(pipelinePost)
+  pipelineCalls++
+  t.equal((await send(datasetJson)).status, 200)
+  datasetCalls++
+  const stopped = await server.stop('SIGTERM')
+  t.equal(stopped.code, 0, 'SIGTERM exits 0')
+
+  const logs = logLines(stopped.stdout)
+  t.ok(logs.length > 10, 'log lines are pino JSON')
+  const logText = logs.map((l) => JSON.stringify(l)).join('\n')
+  t.notOk(logText.includes(key), 'the demo key is never in a log line')
+  t.notOk(logText.includes(key.slice(11)), 'nor its secret part')
+  t.notOk(logText.includes(adminToken as string), 'nor the admin token')
+  t.ok(logText.includes('api_key=[redacted]'), 'query keys are logged redacted')
+  t.equal(stopped.stdout.split(key).length - 1, 4, 'the key is printed in the start-up block only (once, plus 3 curl lines)')
+
+  // Restart on the same data: no new demo key, counters and jobs kept.
+  const again = await startServer(t, { DATA_DIR: dataDir })
+  t.equal(again.demoKey, undefined, 'no new demo key')
+  t.match(again.banner.join('\n'), /Demo API key: +none new/)
+  t.same(again.banner.join('\n').match(KEY_ANYWHERE), null, 'nothing key-shaped is printed')
+  t.not(again.adminToken, adminToken, 'a new admin token for this run')
+  const endpoints = await send(again.curl[again.curl.length - 1])
+  t.same(endpoints.body.map((e: { path: string, calls: number }) => [e.path, e.calls]), [
+    ['/api/acme/shop/model/1/dataset/1', datasetCalls],
+    ['/api/acme/shop/model/1/pipeline/1', pipelineCalls],
+    ['/api/acme/shop/model/1/pipeline/2', 1]
+  ], 'calls equal the authenticated calls made, the last ones included')
+  const jobUrl = (id: string): string => `${again.baseUrl}/api/job/${id}`
+  t.match((await send({ method: 'GET', headers: {}, url: jobUrl(run.body.job_id) })).body,
+    { status: 'succeeded' }, 'finished jobs survive the restart')
+  t.match((await send({ method: 'GET', headers: {}, url: jobUrl(lastRun.body.job_id) })).body,
+    { status: 'failed', error: INTERRUPTED }, 'a job cut short by the stop is failed')
+  t.same(await send({ method: 'GET', headers: { authorization: `Bearer ${key}` }, url: `${again.baseUrl}/api/acme/shop/model/1/dataset/1?format=json&meta=entities` }),
+    { status: 200, body: ['customers', 'products', 'orders'] }, 'the demo key still works')
+  t.equal((await again.stop('SIGINT')).code, 0, 'SIGINT exits 0')
+})
+
+t.test('DEMO_KEY=off and a given ADMIN_TOKEN', async (t) => {
+  const adminToken = `admin-${randomUUID()}`
+  const server = await startServer(t, { DATA_DIR: tempDir(t), DEMO_KEY: 'off', ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn' })
+  t.equal(server.demoKey, undefined)
+  t.match(server.banner.join('\n'), /Demo API key: +none \(DEMO_KEY=off\)/)
+  t.match(server.banner.join('\n'), /Admin token: +the value of ADMIN_TOKEN/, 'the given admin token is not printed')
+  const keys = await send({ method: 'GET', headers: { authorization: `Bearer ${adminToken}` }, url: `${server.baseUrl}/api-keys/acme/shop/keys` })
+  t.same(keys, { status: 200, body: [] }, 'no key was created')
+  const { code, stdout } = await server.stop()
+  t.equal(code, 0)
+  t.notOk(stdout.includes(adminToken), 'the admin token appears nowhere in the output')
+  t.same(stdout.match(KEY_ANYWHERE), null)
+  t.same(logLines(stdout).filter((l) => (l.level as number) < 40), [], 'LOG_LEVEL=warn: no info lines')
+})
+
+t.test('bad settings stop the server with a message naming them', async (t) => {
+  t.throws(() => readConfig({ PORT: 'abc' }), /PORT must be an integer/)
+  t.throws(() => readConfig({ EVENTS_ROWS: '-1' }), /EVENTS_ROWS must be an integer/)
+  t.throws(() => readConfig({ LOG_LEVEL: 'loud' }), /LOG_LEVEL must be one of/)
+  t.match(readConfig({}), { port: 3000, dataDir: './.data', demoKey: true, eventsRows: 100000, logLevel: 'info', adminTokenGenerated: true })
+  t.match(readConfig({ ADMIN_TOKEN: '' }), { adminTokenGenerated: true }, 'an empty ADMIN_TOKEN is no token')
+})
+
+t.test('admin token permissions', async (t) => {
+  const permissions = adminTokenPermissions('s3cret-token')
+  const ask = (authorization?: string): string[] =>
+    permissions({ headers: authorization === undefined ? {} : { authorization } } as FastifyRequest)
+  t.same(ask('Bearer s3cret-token'), ['ManageAPIKeys'])
+  t.same(ask('bearer  s3cret-token '), ['ManageAPIKeys'], 'scheme in any case')
+  for (const wrong of [undefined, '', 'Bearer', 'Bearer s3cret-toke', 'Bearer s3cret-tokenn', 'Basic s3cret-token', 's3cret-token']) {
+    t.same(ask(wrong), [], `nothing for ${JSON.stringify(wrong)}`)
+  }
+})
+
+t.test('sample datasets stream from SQLite', async (t) => {
+  const dir = tempDir(t)
+  const file = join(dir, 'example.db')
+  const db = openExampleDatabase(file)
+  t.teardown(() => db.close())
+  const started = Date.now()
+  seedSampleData(db, 100_000)
+  t.ok(Date.now() - started < 3000, `100000 events generated in ${Date.now() - started} ms`)
+  const datasets = new SampleDatasets(file)
+  t.teardown(() => datasets.close())
+  const ref = { ...SAMPLE_MODEL, resourceSequence: 2 }
+  const events = await datasets.getDataset(ref)
+  if (events === null) throw new Error('no events dataset')
+  t.same(events.entities[0].columns.map((c) => [c.name, c.type]),
+    [['id', 'integer'], ['ts', 'timestamp'], ['kind', 'text'], ['value', 'float'], ['payload', 'text']])
+  t.equal(await datasets.getDataset({ ...ref, resourceSequence: 3 }), null, 'dataset 3 does not exist')
+  t.equal(await datasets.getDataset({ ...ref, project: 'other' }), null, 'nor dataset 2 of another project')
+
+  const count = async (limit: number | undefined, abortAfter?: number): Promise<number> => {
+    const controller = new AbortController()
+    let n = 0
+    for await (const row of events.rows('events', { limit, signal: controller.signal })) {
+      t.equal(row[0], n + 1, 'rows come in id order')
+      if (++n === abortAfter) controller.abort()
+    }
+    return n
+  }
+  t.equal(await count(5), 5, 'the source honours limit')
+  t.equal(await count(undefined, 10), 10, 'and stops reading when the signal aborts')
+
+  // Two streams at once, and a write on the other connection while they are open.
+  const a = events.rows('events', { signal: new AbortController().signal })[Symbol.asyncIterator]()
+  const b = events.rows('events', { signal: new AbortController().signal })[Symbol.asyncIterator]()
+  t.same([(await a.next()).value?.[0], (await b.next()).value?.[0], (await a.next()).value?.[0]], [1, 1, 2])
+  const jobs = new SampleJobs(db)
+  await (await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 1 }))?.start(randomUUID())
+  jobs.close()
+  await a.return?.()
+  await b.return?.()
+
+  seedSampleData(db, 20)
+  t.equal(await count(undefined), 20, 'a new EVENTS_ROWS regenerates the events')
+})
+
+t.test('jobs: timers are cleared on close, unfinished runs fail', async (t) => {
+  const db = new Database(':memory:')
+  t.teardown(() => db.close())
+  const jobs = new SampleJobs(db)
+  const pipeline = await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 1 })
+  t.equal(pipeline?.name, 'refresh-sales')
+  t.equal((await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 2 }))?.name, 'broken')
+  t.equal(await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 3 }), null)
+  const id = randomUUID()
+  await pipeline?.start(id)
+  t.match(await jobs.getJob(id), { id, type: 'pipeline', status: 'queued' })
+  t.equal(jobs.pendingSteps, 1)
+  jobs.close()
+  t.equal(jobs.pendingSteps, 0, 'no timer left')
+  t.match(await jobs.getJob(id), { status: 'failed', error: INTERRUPTED })
+  await t.rejects(pipeline?.start(randomUUID()) as Promise<void>, /shutting down/, 'no run starts after close')
+  t.equal(await jobs.getJob(randomUUID()), null)
+})
