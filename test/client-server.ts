@@ -17,7 +17,7 @@ export interface SeenRequest {
 }
 
 /** Answers the `n`-th request (1-based). */
-export type Handler = (req: IncomingMessage, res: ServerResponse, n: number) => void | Promise<void>
+export type Handler = (req: IncomingMessage, res: ServerResponse, n: number) => unknown
 
 export interface TestServer {
   /** http://127.0.0.1:<port> */
