@@ -11,7 +11,8 @@ import {
 import { redactUrl } from './log-redaction.js'
 import type { Pipeline } from './pipeline-runner.js'
 
-export const DATA_ROUTE = '/api/:organization/:project/model/:modelSequence/:type/:resourceSequence'
+/** Relative to the /api prefix the plugin registers it under. */
+export const DATA_ROUTE = '/:organization/:project/model/:modelSequence/:type/:resourceSequence'
 
 // How long a call waits for a concurrent call with the same Idempotency-Key
 // to finish before answering 409.

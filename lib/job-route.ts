@@ -10,12 +10,12 @@ function iso (value: Date | string): string {
   return value instanceof Date ? value.toISOString() : new Date(value).toISOString()
 }
 
-/** The public job status route (SPEC.md §4.3, §7.3). No key needed. */
+/** The public job status route `/api/job/:jobId` (SPEC.md §4.3, §7.3). No key needed. */
 export async function jobRoute (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
   const { jobs } = ctx.options
   app.setErrorHandler(sendError)
 
-  app.get<{ Params: { jobId: string } }>('/api/job/:jobId', async (request) => {
+  app.get<{ Params: { jobId: string } }>('/job/:jobId', async (request) => {
     const { jobId } = request.params
     if (!UUID.test(jobId)) throw withDetails(new InvalidJobIdError(), { body: { id: redactKeys(jobId) } })
     const id = jobId.toLowerCase()

@@ -1,4 +1,4 @@
-import type { FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger, FastifyRequest, FastifyServerOptions } from 'fastify'
 import { redactKeys } from './api-key.js'
 
 const API_KEY_PARAM = /([?&]api_key=)[^&#]*/gi
@@ -22,4 +22,14 @@ export function redactingRequestSerializer (request: FastifyRequest): Record<str
     remoteAddress: request.ip,
     remotePort: request.socket?.remotePort
   }
+}
+
+type ChildLoggerFactory = NonNullable<FastifyServerOptions['childLoggerFactory']>
+
+/** A child logger factory whose `req` serializer is `redactingRequestSerializer`. */
+export const redactingChildLogger: ChildLoggerFactory = function (logger, bindings, options) {
+  return (logger as FastifyBaseLogger).child(bindings, {
+    ...options,
+    serializers: { ...options.serializers, req: redactingRequestSerializer }
+  })
 }

@@ -41,6 +41,12 @@ export interface DataEndpointsOptions {
   idempotencyTtl?: number
   /** close the storage when Fastify closes; default true */
   closeStorage?: boolean
+  /**
+   * answer requests under /api that match no route with 404 `{"message":"Not found"}`
+   * (Fastify's default 404 echoes the URL, api_key included); default true.
+   * Turn off if the host sets its own not-found handler for the /api prefix.
+   */
+  apiNotFoundHandler?: boolean
 }
 
 export const DEFAULTS = {
@@ -53,7 +59,8 @@ export const DEFAULTS = {
   maxQueuedHashes: 100,
   failureThrottle: { maxFailures: 50, windowMs: 60_000 },
   idempotencyTtl: 24 * 60 * 60 * 1000,
-  closeStorage: true
+  closeStorage: true,
+  apiNotFoundHandler: true
 } as const
 
 export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle'>> & {
@@ -104,7 +111,7 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   if (o.managementPrefix === '/api' || o.managementPrefix.startsWith('/api/')) {
     fail('option "managementPrefix" must not lie under "/api", where the data routes are')
   }
-  for (const name of ['requireHttps', 'closeStorage'] as const) {
+  for (const name of ['requireHttps', 'closeStorage', 'apiNotFoundHandler'] as const) {
     if (typeof o[name] !== 'boolean') fail(`option "${name}" must be a boolean`)
   }
   positiveInteger('bcryptCost', o.bcryptCost, 4, 31)
