@@ -27,10 +27,14 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
   const exampleDb = openExampleDatabase(exampleFile)
   let datasets: SampleDatasets | undefined
   let jobs: SampleJobs | undefined
+  // Timers first, then the connections they write through.
   const closeExample = (): void => {
-    jobs?.close()
-    datasets?.close()
-    exampleDb.close()
+    try {
+      jobs?.close()
+      datasets?.close()
+    } finally {
+      if (exampleDb.open) exampleDb.close()
+    }
   }
   try {
     seedSampleData(exampleDb, config.eventsRows)
@@ -45,25 +49,31 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     logger: {
       level: config.logLevel,
       // Request lines show the URL with api_key redacted and no headers.
-      serializers: { req: redactingRequestSerializer as never }
+      // (Fastify types this serializer with the raw request; it is given Fastify's.)
+      serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> }
     }
   })
-  // Timers first, then the connections they write through.
   app.addHook('onClose', async () => closeExample())
 
   // Fastify's own 404 answer and log line quote the URL, which may carry ?api_key=.
   app.setNotFoundHandler((request, reply) => reply.code(404).send({ message: 'Not found' }))
 
-  await app.register(dataEndpoints, {
-    storage: openStorage(config),
-    datasets,
-    pipelines: jobs,
-    jobs,
-    getPermissions: adminTokenPermissions(config.adminToken)
-    // requireHttps stays at its default (true): the server listens on
-    // 127.0.0.1 only, and the plugin lets loopback clients use plain HTTP.
-    // Put it behind a TLS proxy (with trustProxy) before exposing it.
-  })
-  await app.ready()
+  try {
+    await app.register(dataEndpoints, {
+      storage: openStorage(config),
+      datasets,
+      pipelines: jobs,
+      jobs,
+      getPermissions: adminTokenPermissions(config.adminToken)
+      // requireHttps stays at its default (true): the server listens on
+      // 127.0.0.1 only, and the plugin lets loopback clients use plain HTTP.
+      // Put it behind a TLS proxy (with trustProxy) before exposing it.
+    })
+    await app.ready()
+  } catch (err) {
+    await app.close().catch(() => {})
+    closeExample()
+    throw err
+  }
   return app
 }

@@ -2,10 +2,7 @@
 // listens on 127.0.0.1, prints the admin token and demo key once, and closes
 // gracefully on SIGINT / SIGTERM. See examples/app.ts for the app itself.
 import type { FastifyInstance } from 'fastify'
-import { buildExampleApp } from './app.js'
 import { readConfig, type ExampleConfig } from './config.js'
-import { createDemoKey } from './demo-key.js'
-import { startupBanner } from './startup-banner.js'
 
 const CLOSE_TIMEOUT_MS = 10_000
 
@@ -41,6 +38,12 @@ async function shutdown (signal: string): Promise<void> {
 }
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => { void shutdown(signal) })
 
+// The rest is imported once the signal handlers are in place: loading it
+// takes seconds on a cold start, and a Ctrl-C meanwhile should still exit 0.
+const { buildExampleApp } = await import('./app.js')
+const { createDemoKey } = await import('./demo-key.js')
+const { startupBanner } = await import('./startup-banner.js')
+
 try {
   app = await buildExampleApp(config)
   const address = await app.listen({ host: '127.0.0.1', port: config.port })
@@ -52,6 +55,7 @@ try {
     demo
   }))
 } catch (err) {
+  if (closing) await new Promise(() => {}) // stopped by a signal while starting: shutdown() exits
   if (app !== undefined) app.log.error({ err }, 'start failed')
   else console.error('example server: start failed:', err)
   await app?.close().catch(() => {})

@@ -8,7 +8,9 @@ import Database from 'better-sqlite3'
 import type { FastifyRequest } from 'fastify'
 import t, { type Test } from 'tap'
 import { adminTokenPermissions } from '../examples/admin-auth.js'
+import { buildExampleApp } from '../examples/app.js'
 import { readConfig } from '../examples/config.js'
+import { createDemoKey } from '../examples/demo-key.js'
 import { INTERRUPTED, SampleJobs } from '../examples/jobs.js'
 import { openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData } from '../examples/sample-datasets.js'
 
@@ -366,4 +368,29 @@ t.test('jobs: timers are cleared on close, unfinished runs fail', async (t) => {
   t.match(await jobs.getJob(id), { status: 'failed', error: INTERRUPTED })
   await t.rejects(pipeline?.start(randomUUID()) as Promise<void>, /shutting down/, 'no run starts after close')
   t.equal(await jobs.getJob(randomUUID()), null)
+})
+
+t.test('buildExampleApp in process: close stops running jobs, restart keeps data', async (t) => {
+  const config = { dataDir: join(tempDir(t), 'nested', 'data'), adminToken: 'in-process', eventsRows: 10, logLevel: 'silent' }
+  const app = await buildExampleApp(config)
+  const demo = await createDemoKey(app, config.adminToken)
+  if (demo === null) throw new Error('no demo key on empty storage')
+  t.equal(await createDemoKey(app, config.adminToken), null, 'only on empty storage')
+  const run = await app.inject({
+    method: 'POST', url: '/api/acme/shop/model/1/pipeline/1', headers: { authorization: `Bearer ${demo.key}` }
+  })
+  t.equal(run.statusCode, 200)
+  const { job_id: jobId } = run.json<{ job_id: string }>()
+  const notFound = await app.inject({ method: 'GET', url: `/no/such/route?api_key=${demo.key}` })
+  t.same([notFound.statusCode, notFound.json()], [404, { message: 'Not found' }], 'the 404 does not echo the URL')
+  // With its timers left running, a step would write to a closed database and throw.
+  await app.close()
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+
+  const reopened = await buildExampleApp(config)
+  t.teardown(() => reopened.close())
+  const job = await reopened.inject({ method: 'GET', url: `/api/job/${jobId}` })
+  t.match(job.json(), { job_id: jobId, status: 'failed', error: INTERRUPTED }, 'the run cut short by close is failed')
+  const keys = await reopened.inject({ method: 'GET', url: '/api-keys/acme/shop/keys', headers: { authorization: 'Bearer in-process' } })
+  t.same(keys.json<Array<{ prefix: string }>>().map((k) => k.prefix), [demo.prefix], 'the key is kept')
 })
