@@ -1,0 +1,214 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t from 'tap'
+import { bcryptHasher, SqliteStorage, type KeyHasher, type Storage, type UsageBatch } from '../lib/index.js'
+import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL } from './helper.js'
+
+// Verification costs one bcrypt at most and usually none (DESIGN.md §3,
+// issue "3 ·"), revocation stays immediate, and no counter increment is lost.
+
+const P = '/api-keys/acme/shop'
+
+/** bcrypt at cost 4, counting comparisons; `delayMs` makes each one slow. */
+function spyHasher (delayMs = 0): KeyHasher & { compares: number } {
+  const real = bcryptHasher(4)
+  const spy = {
+    compares: 0,
+    hash: real.hash,
+    async compare (value: string, hash: string) {
+      spy.compares++
+      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs))
+      return real.compare(value, hash)
+    }
+  }
+  return spy
+}
+
+t.test('one bcrypt for a first request, none for a repeat, whatever the number of keys', async (t) => {
+  for (const keyCount of [1, 10, 100]) {
+    const hasher = spyHasher()
+    const { app } = await buildApp(t, { hasher })
+    const keys = []
+    for (let i = 0; i < keyCount; i++) keys.push(await createKey(app, `k${i}`))
+    await assignKeys(app, 'dataset', keys.map((k) => k.id))
+    const last = keys[keys.length - 1]
+    const first = await app.inject({ url: DATASET_URL, query: { api_key: last.key, format: 'json' } })
+    t.equal(first.statusCode, 200)
+    t.equal(hasher.compares, 1, `${keyCount} keys assigned: one comparison for the first request`)
+    for (let i = 0; i < 5; i++) await app.inject({ url: DATASET_URL, query: { api_key: last.key, format: 'json' } })
+    t.equal(hasher.compares, 1, `${keyCount} keys assigned: none for repeats`)
+  }
+})
+
+t.test('a wrong secret costs one bcrypt once, then none', async (t) => {
+  const hasher = spyHasher()
+  const { app } = await buildApp(t, { hasher })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const wrong = k.key.slice(0, 11) + 'w'.repeat(21)
+  for (let i = 0; i < 3; i++) {
+    const res = await app.inject({ url: DATASET_URL, query: { api_key: wrong } })
+    t.same(res.json(), { message: 'Unknown API key' })
+  }
+  t.equal(hasher.compares, 1)
+  const unknownPrefix = await app.inject({ url: DATASET_URL, query: { api_key: 'Q'.repeat(10) + '-' + 'w'.repeat(21) } })
+  t.same(unknownPrefix.json(), { message: 'Unknown API key' })
+  t.equal(hasher.compares, 1, 'an unknown prefix costs no bcrypt at all')
+})
+
+t.test('concurrent first requests with one key share one comparison', async (t) => {
+  const hasher = spyHasher(20)
+  const { app } = await buildApp(t, { hasher })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const results = await Promise.all(Array.from({ length: 20 }, async () =>
+    app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'json' } })))
+  t.same(results.map((r) => r.statusCode), Array(20).fill(200))
+  t.equal(hasher.compares, 1)
+})
+
+t.test('revocation is immediate with the memo warm', async (t) => {
+  const hasher = spyHasher()
+  const { app } = await buildApp(t, { hasher })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const get = async (key: string) => {
+    const res = await app.inject({ url: DATASET_URL, query: { api_key: key, format: 'json' } })
+    return res.statusCode === 200 ? 200 : res.json().message
+  }
+  t.equal(await get(k.key), 200)
+  t.equal(await get(k.key), 200, 'memo warm')
+  await app.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: false } })
+  t.equal(await get(k.key), 'Disabled API key')
+  await app.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: true } })
+  t.equal(await get(k.key), 200)
+  const renewed = (await app.inject({ method: 'POST', url: `${P}/keys/${k.id}/regenerate`, headers: ADMIN })).json()
+  t.equal(await get(k.key), 'Unknown API key', 'regenerated: the old value is refused at once')
+  t.equal(await get(renewed.key), 200)
+  await app.inject({ method: 'DELETE', url: `${P}/endpoints/1/dataset/1`, headers: ADMIN })
+  t.equal(await get(renewed.key), 'Unknown API Endpoint', 'endpoint deleted: refused at once')
+  await assignKeys(app, 'dataset', [k.id])
+  t.equal(await get(renewed.key), 200)
+  await app.inject({ method: 'DELETE', url: `${P}/keys/${k.id}`, headers: ADMIN })
+  t.equal(await get(renewed.key), 'Unknown API key', 'deleted: refused at once')
+})
+
+t.test('10,000 concurrent requests, then close: calls is exact', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'fde-usage-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const filename = join(dir, 'store.db')
+  const { app } = await buildApp(t, { storage: new SqliteStorage({ filename }), usageFlushInterval: 5 })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const total = 10_000
+  const results = await Promise.all(Array.from({ length: total }, async () =>
+    app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })))
+  t.equal(results.filter((r) => r.statusCode === 200).length, total)
+  await app.close()
+
+  const reopened = new SqliteStorage({ filename })
+  t.teardown(() => reopened.close())
+  const endpoint = await reopened.getEndpoint({ organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 })
+  t.equal(endpoint?.calls, total)
+  const key = await reopened.getKey({ organization: 'acme', project: 'shop' }, k.id)
+  t.ok(key?.updatedAt instanceof Date, 'updatedAt was written')
+})
+
+t.test('a failed counter write is retried, not dropped', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'fde-usage-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const filename = join(dir, 'store.db')
+  const real = new SqliteStorage({ filename })
+  let failures = 3
+  const flaky: Storage = Object.assign(Object.create(real) as Storage, {
+    async applyUsage (batch: UsageBatch) {
+      if (failures > 0) {
+        failures--
+        throw new Error('database is locked')
+      }
+      return real.applyUsage(batch)
+    }
+  })
+  const { app } = await buildApp(t, { storage: flaky, usageFlushInterval: 10 })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  for (let i = 0; i < 50; i++) {
+    await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
+    if (i % 10 === 0) await new Promise((resolve) => setTimeout(resolve, 15))
+  }
+  await app.close()
+  t.equal(failures, 0, 'the store failed three times')
+  const reopened = new SqliteStorage({ filename })
+  t.teardown(() => reopened.close())
+  const endpoint = await reopened.getEndpoint({ organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 })
+  t.equal(endpoint?.calls, 50)
+})
+
+t.test('repeated failures from one address get 429 with Retry-After, then recover', async (t) => {
+  const { app } = await buildApp(t, { failureThrottle: { maxFailures: 5, windowMs: 300 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const wrong = (i: number): string => k.key.slice(0, 11) + String(i).padStart(21, 'x')
+  for (let i = 0; i < 5; i++) {
+    const res = await app.inject({ url: DATASET_URL, query: { api_key: wrong(i) } })
+    t.equal(res.statusCode, 403)
+  }
+  const limited = await app.inject({ url: DATASET_URL, query: { api_key: wrong(99) } })
+  t.equal(limited.statusCode, 429)
+  t.same(limited.json(), { message: 'Too many failed authentication attempts' })
+  t.match(limited.headers['retry-after'], /^[1-9][0-9]*$/)
+  const other = await app.inject({ url: DATASET_URL, query: { api_key: wrong(1) }, remoteAddress: '127.0.0.2' })
+  t.equal(other.statusCode, 403, 'another address is not limited')
+
+  await new Promise((resolve) => setTimeout(resolve, 350))
+  const recovered = await app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'json' } })
+  t.equal(recovered.statusCode, 200, 'the window ends and the client recovers')
+})
+
+t.test('a limited address may still use a key already verified; nothing new costs bcrypt', async (t) => {
+  const hasher = spyHasher()
+  const { app } = await buildApp(t, { hasher, failureThrottle: { maxFailures: 3, windowMs: 60_000 } })
+  const good = await createKey(app, 'good')
+  const fresh = await createKey(app, 'fresh')
+  await assignKeys(app, 'dataset', [good.id, fresh.id])
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: good.key, format: 'json' } })).statusCode, 200)
+  for (let i = 0; i < 3; i++) await app.inject({ url: DATASET_URL, query: { api_key: 'nonsense' } })
+  const compares = hasher.compares
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: good.key, format: 'json' } })).statusCode, 200)
+  const unverified = await app.inject({ url: DATASET_URL, query: { api_key: fresh.key, format: 'json' } })
+  t.equal(unverified.statusCode, 429, 'a key not yet verified waits for the window')
+  t.equal(hasher.compares, compares, 'no bcrypt spent for a limited address')
+})
+
+t.test('failureThrottle: false never answers 429', async (t) => {
+  const { app } = await buildApp(t, { failureThrottle: false })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  for (let i = 0; i < 120; i++) {
+    const res = await app.inject({ url: DATASET_URL, query: { api_key: 'bad' } })
+    if (res.statusCode !== 403) t.fail(`request ${i} answered ${res.statusCode}`)
+  }
+  t.pass('120 failures, all 403')
+})
+
+t.test('bcrypt work is capped: beyond the queue, 429; verified keys keep working', async (t) => {
+  const hasher = spyHasher(100)
+  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 1, maxQueuedHashes: 2, failureThrottle: false })
+  const good = await createKey(app, 'good')
+  await assignKeys(app, 'dataset', [good.id])
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: good.key, format: 'json' } })).statusCode, 200)
+  const before = hasher.compares
+
+  const flood = Array.from({ length: 10 }, async (_, i) =>
+    app.inject({ url: DATASET_URL, query: { api_key: good.key.slice(0, 11) + String(i).padStart(21, 'f') } }))
+  const legit = await app.inject({ url: DATASET_URL, query: { api_key: good.key, format: 'json' } })
+  t.equal(legit.statusCode, 200, 'a verified key is served during the flood')
+  const answers = await Promise.all(flood)
+  const busy = answers.filter((r) => r.statusCode === 429)
+  t.equal(answers.filter((r) => r.statusCode === 403).length, 3, 'one running and two queued comparisons complete')
+  t.equal(busy.length, 7, 'the rest are refused at once')
+  t.same(busy[0].json(), { message: 'Too many key verifications in progress' })
+  t.equal(busy[0].headers['retry-after'], '1')
+  t.equal(hasher.compares - before, 3)
+})
