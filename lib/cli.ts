@@ -1,0 +1,326 @@
+#!/usr/bin/env node
+import { createWriteStream, readFileSync } from 'node:fs'
+import { rename, rm } from 'node:fs/promises'
+import { Transform } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { parseArgs } from 'node:util'
+import { redactUrl } from './log-redaction.js'
+import {
+  DataEndpointsClient, DataEndpointsError, HttpError, JobWaitTimeoutError, UsageError, jsonLinesLogger,
+  type ClientLogger, type DatasetQuery, type JobInfo
+} from './client/index.js'
+
+// The `data-endpoints` command. The key comes from DATA_ENDPOINTS_API_KEY
+// only: an argument would sit in shell history and in `ps` output.
+
+const KEY_VARIABLE = 'DATA_ENDPOINTS_API_KEY'
+// 0 done; 1 the request or the job failed; 2 the command line is wrong; 130 interrupted.
+const EXIT_FAILED = 1
+const EXIT_USAGE = 2
+const EXIT_INTERRUPTED = 130
+
+const USAGE = `Usage: data-endpoints <command> <url> [options]
+
+Commands:
+  get <endpoint-url>    download a dataset to stdout, or to --output FILE
+  run <pipeline-url>    start a pipeline run and print its job reference as JSON
+  job <job-url>         print a job's status as JSON
+
+Options of get:
+  --format F            sql (default), json, csv-zip, json-zip or oracle-loader
+  --entity E            only the entity (table) E
+  --meta M              entities (the entity names) or ddl (the schema) instead of the data
+  --limit N             at most N records per entity
+  --archive-type T      zip (default) or tar, for csv-zip, json-zip and oracle-loader
+  --output FILE         write to FILE (written whole or not at all) instead of stdout
+  --progress            show the progress line on stderr even when it is not a terminal
+
+Options of run:
+  --wait                poll the job until it ends, print the final job as JSON;
+                        exit 1 if it failed
+  --interval S          seconds between polls (default 2)
+  --wait-timeout S      give up waiting after S seconds (default 3600)
+
+Common options:
+  --timeout S           seconds one attempt may wait for an answer (default 30)
+  --allow-http          allow sending the key over plain HTTP to a non-loopback host
+  --verbose             log every request attempt to stderr, not only failed ones
+  -h, --help            show this help
+  --version             show the version
+
+The API key is read from ${KEY_VARIABLE}; it is never taken from an argument.
+Answers 500 and network time-outs are retried after 1, 2, 4, 8 and 16 s;
+403, 404, 405 and other statuses are not.
+Exit status: 0 success, 1 request or job failed, 2 usage error, 130 interrupted.
+`
+
+class UsageProblem extends Error {}
+
+const COMMON = {
+  timeout: { type: 'string' },
+  'allow-http': { type: 'boolean' },
+  verbose: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' }
+} as const
+const GET_OPTIONS = {
+  ...COMMON,
+  format: { type: 'string' },
+  entity: { type: 'string' },
+  meta: { type: 'string' },
+  limit: { type: 'string' },
+  'archive-type': { type: 'string' },
+  output: { type: 'string', short: 'o' },
+  progress: { type: 'boolean' }
+} as const
+const RUN_OPTIONS = {
+  ...COMMON,
+  wait: { type: 'boolean' },
+  interval: { type: 'string' },
+  'wait-timeout': { type: 'string' }
+} as const
+
+interface Io {
+  stdout: NodeJS.WriteStream
+  stderr: NodeJS.WriteStream
+  env: NodeJS.ProcessEnv
+  signal: AbortSignal
+}
+
+function version (): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+  return pkg.version
+}
+
+/** Parses the options of one command; never echoes an argument's value (it could be a key). */
+function parse<O extends Record<string, { type: 'string' | 'boolean', short?: string }>> (args: string[], options: O) {
+  try {
+    const parsed = parseArgs({ args, options, allowPositionals: true, strict: true })
+    return parsed
+  } catch (err) {
+    // Only the first sentence: parseArgs goes on about positionals after '--'.
+    const message = (err as Error).message.split('. To specify')[0]
+    const hint = /api[-_]?key|'--key'/i.test(message) ? ` (the key is read from ${KEY_VARIABLE} only)` : ''
+    throw new UsageProblem(message + hint)
+  }
+}
+
+function oneUrl (positionals: string[], what: string): string {
+  if (positionals.length === 0) throw new UsageProblem(`missing <${what}>`)
+  // The extra argument is not shown: it could be a key pasted in the wrong place.
+  if (positionals.length > 1) throw new UsageProblem(`one <${what}> expected, got ${positionals.length} arguments`)
+  return positionals[0]
+}
+
+function seconds (name: string, text: string | undefined, fallback: number): number {
+  if (text === undefined) return fallback * 1000
+  const value = Number(text)
+  if (!/^\d+(\.\d+)?$/.test(text) || value <= 0 || value > 365 * 24 * 3600) throw new UsageProblem(`--${name} must be a positive number of seconds`)
+  return Math.max(1, Math.round(value * 1000))
+}
+
+function clientFor (values: { timeout?: string, 'allow-http'?: boolean, verbose?: boolean }, io: Io, needsKey: boolean): DataEndpointsClient {
+  const apiKey = io.env[KEY_VARIABLE]
+  if (needsKey && (apiKey === undefined || apiKey.trim() === '')) {
+    throw new UsageProblem(`set ${KEY_VARIABLE} to the API key`)
+  }
+  // SPEC.md §7.4 log lines, as JSON on stderr: by default only attempts that
+  // failed and are retried, so a wait is explained; all of them with --verbose.
+  const lines = jsonLinesLogger(io.stderr)
+  const logger: ClientLogger = (entry) => {
+    if (values.verbose === true || entry.retryInMs !== undefined) lines(entry)
+  }
+  return new DataEndpointsClient({
+    apiKey: needsKey ? apiKey : undefined,
+    timeout: seconds('timeout', values.timeout, 30),
+    allowHttp: values['allow-http'] === true,
+    logger
+  })
+}
+
+function formatBytes (n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB']
+  let value = n
+  let unit = 0
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024
+    unit++
+  }
+  return unit === 0 ? `${n} B` : `${value.toFixed(1)} ${units[unit]}`
+}
+
+/**
+ * Counts the bytes that pass and shows them on stderr. On a terminal the line
+ * is rewritten in place four times a second; elsewhere (--progress into a
+ * log) a line of its own once a second.
+ */
+function progressMeter (stderr: NodeJS.WriteStream, total: number | undefined): { counter: Transform, finish (): void } {
+  const started = Date.now()
+  let bytes = 0
+  let shown = false
+  const line = (): string => {
+    const elapsed = Math.max(Date.now() - started, 1) / 1000
+    const of = total === undefined ? '' : ` of ${formatBytes(total)} (${Math.floor(bytes * 100 / Math.max(total, 1))}%)`
+    return `received ${formatBytes(bytes)}${of} at ${formatBytes(Math.round(bytes / elapsed))}/s`
+  }
+  const show = (): void => {
+    shown = true
+    if (stderr.isTTY) stderr.write(`\r\x1b[K${line()}`)
+    else stderr.write(line() + '\n')
+  }
+  const timer = setInterval(show, stderr.isTTY ? 250 : 1000)
+  timer.unref()
+  const counter = new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      bytes += chunk.length
+      callback(null, chunk)
+    }
+  })
+  return {
+    counter,
+    finish () {
+      clearInterval(timer)
+      // A short download on a terminal shows nothing; a forced meter always ends with its total.
+      if (shown || !stderr.isTTY) {
+        show()
+        if (stderr.isTTY) stderr.write('\n')
+      }
+    }
+  }
+}
+
+async function get (args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(args, GET_OPTIONS)
+  const url = oneUrl(positionals, 'endpoint-url')
+  const limit = values.limit
+  if (limit !== undefined && !/^\d+$/.test(limit)) throw new UsageProblem('--limit must be a non-negative integer')
+  const query = {
+    format: values.format,
+    entity: values.entity,
+    meta: values.meta,
+    limit: limit === undefined ? undefined : Number(limit),
+    archiveType: values['archive-type']
+  } as DatasetQuery
+  const client = clientFor(values, io, true)
+  const download = await client.downloadDataset(url, query, { signal: io.signal })
+  // On its own the meter shows only on a terminal, and not over data printed to the same terminal.
+  const auto = io.stderr.isTTY && (values.output !== undefined || !io.stdout.isTTY)
+  const meter = values.progress === true || auto
+    ? progressMeter(io.stderr, download.contentLength)
+    : null
+  const stages = meter === null ? [download.body] : [download.body, meter.counter]
+  try {
+    if (values.output === undefined) {
+      await pipeline([...stages, io.stdout], { end: false })
+    } else {
+      // Written beside the target and renamed at the end: a failed download
+      // leaves no partial file that looks complete.
+      const part = `${values.output}.part`
+      try {
+        await pipeline([...stages, createWriteStream(part)])
+        await rename(part, values.output)
+      } catch (err) {
+        await rm(part, { force: true })
+        throw err
+      }
+    }
+  } finally {
+    meter?.finish()
+  }
+  return 0
+}
+
+function printJson (io: Io, value: unknown): void {
+  io.stdout.write(JSON.stringify(value, null, 2) + '\n')
+}
+
+async function run (args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(args, RUN_OPTIONS)
+  const url = oneUrl(positionals, 'pipeline-url')
+  if (values.wait !== true && (values.interval !== undefined || values['wait-timeout'] !== undefined)) {
+    throw new UsageProblem('--interval and --wait-timeout go with --wait')
+  }
+  const interval = seconds('interval', values.interval, 2)
+  const timeout = seconds('wait-timeout', values['wait-timeout'], 3600)
+  const client = clientFor(values, io, true)
+  const reference = await client.runPipeline(url, { signal: io.signal })
+  if (values.wait !== true) {
+    printJson(io, reference)
+    return 0
+  }
+  io.stderr.write(`job ${reference.job_id} started; waiting for it to end\n`)
+  const job = await client.waitForJob(reference, { interval, timeout, signal: io.signal })
+  printJson(io, job)
+  return job.status === 'failed' ? EXIT_FAILED : 0
+}
+
+async function job (args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(args, COMMON)
+  const url = oneUrl(positionals, 'job-url')
+  const info: JobInfo = await clientFor(values, io, false).getJob(url, { signal: io.signal })
+  printJson(io, info)
+  return 0
+}
+
+const COMMANDS: Record<string, (args: string[], io: Io) => Promise<number>> = { get, run, job }
+
+/** Runs the command line `args`; resolves with the exit status. */
+async function main (args: string[], io: Io): Promise<number> {
+  const [command, ...rest] = args
+  if (command === undefined || command === '-h' || command === '--help' || command === 'help' ||
+    rest.includes('--help') || rest.includes('-h')) {
+    io.stdout.write(USAGE)
+    return command === undefined ? EXIT_USAGE : 0
+  }
+  if (command === '--version') {
+    io.stdout.write(version() + '\n')
+    return 0
+  }
+  try {
+    const handler = COMMANDS[command]
+    if (handler === undefined) throw new UsageProblem(`unknown command "${command.slice(0, 20)}" (get, run or job)`)
+    return await handler(rest, io)
+  } catch (err) {
+    return report(err, io)
+  }
+}
+
+function report (err: unknown, io: Io): number {
+  const say = (text: string): void => { io.stderr.write(`data-endpoints: ${text}\n`) }
+  if (err instanceof UsageProblem) {
+    say(`${err.message}\nRun "data-endpoints --help" for usage.`)
+    return EXIT_USAGE
+  }
+  if (io.signal.aborted) {
+    say('interrupted')
+    return EXIT_INTERRUPTED
+  }
+  if (err instanceof JobWaitTimeoutError) {
+    printJson(io, err.job)
+    say(err.message)
+    return EXIT_FAILED
+  }
+  if (err instanceof HttpError) {
+    say(`${err.message} (HTTP ${err.status})`)
+    return EXIT_FAILED
+  }
+  if (err instanceof DataEndpointsError) {
+    say(err.message)
+    return err instanceof UsageError ? EXIT_USAGE : EXIT_FAILED
+  }
+  // A download that broke mid-body, a file that could not be written, ...
+  const code = (err as { code?: unknown }).code
+  if (code === 'EPIPE') return 0 // the reader of stdout went away (`| head`): nothing to report
+  say(`${(err as Error).message ?? String(err)}${typeof code === 'string' ? ` (${code})` : ''}`)
+  return EXIT_FAILED
+}
+
+// Ctrl-C aborts the request or the wait; a partial --output file is removed.
+const interrupt = new AbortController()
+process.once('SIGINT', () => interrupt.abort())
+process.once('SIGTERM', () => interrupt.abort())
+main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr, env: process.env, signal: interrupt.signal })
+  .then((code) => { process.exitCode = code })
+  .catch((err: unknown) => {
+    process.stderr.write(`data-endpoints: ${redactUrl(String(err))}\n`)
+    process.exitCode = EXIT_FAILED
+  })
