@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test as T } from 'tap'
 import type { JobInfo } from '../lib/client/index.js'
 import { DATASET_URL, PIPELINE_URL, assignKeys, buildApp, createKey } from './helper.js'
 import { API_KEY, DATASET_PATH, JOB_ID, KEY_PREFIX, PIPELINE_PATH, sendJson, startServer } from './client-server.js'
@@ -16,7 +16,6 @@ interface Run {
   stderr: string
 }
 
-type T = Parameters<Parameters<typeof t.test>[1]>[0]
 
 async function cli (t: T, args: string[], env: Record<string, string | undefined> = { DATA_ENDPOINTS_API_KEY: API_KEY }): Promise<Run> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'lib/cli.ts', ...args], {

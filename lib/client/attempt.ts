@@ -15,7 +15,7 @@ export interface AttemptSpec<T> {
   /** the caller's; aborting it is passed on as is and never retried */
   signal: AbortSignal | undefined
   /**
-   * Reads a 200 answer inside the attempt's time-out. With `handsOnBody` the
+   * Reads a 2xx answer inside the attempt's time-out. With `handsOnBody` the
    * body stays open for the caller, and `release` must be called once it is done.
    */
   read: (response: Response, release: () => void) => Promise<T>
@@ -76,7 +76,7 @@ export async function readJson (response: Response): Promise<Record<string, unkn
  * AbortSignal.timeout: it must stop once a download's headers are in, or a
  * long download would be cut off mid-body.
  */
-export async function attempt<T> (spec: AttemptSpec<T>, timeout: number, now: () => number): Promise<T> {
+export async function attempt<T> (spec: AttemptSpec<T>, timeout: number, now: () => number): Promise<{ value: T, status: number }> {
   spec.signal?.throwIfAborted()
   const controller = new AbortController()
   const timer = setTimeout(() => controller.abort(TIMED_OUT), timeout)
@@ -105,11 +105,11 @@ export async function attempt<T> (spec: AttemptSpec<T>, timeout: number, now: ()
         status: response.status, url: spec.loggedUrl
       })
     }
-    if (response.status !== 200) throw await httpErrorOf(response, spec.loggedUrl, now())
+    if (!response.ok) throw await httpErrorOf(response, spec.loggedUrl, now())
     const value = await spec.read(response, release)
     succeeded = true
     clearTimeout(timer)
-    return value
+    return { value, status: response.status }
   } catch (error) {
     if (error instanceof DataEndpointsError) throw error
     if (controller.signal.reason === TIMED_OUT) {

@@ -162,7 +162,7 @@ export class DataEndpointsClient {
       signal: options.signal,
       handsOnBody: true,
       read: async (response, release) => {
-        if (response.body === null) throw new DataEndpointsError('The server sent no body', { status: 200, url: redactUrl(target.href) })
+        if (response.body === null) throw new DataEndpointsError('The server sent no body', { status: response.status, url: redactUrl(target.href) })
         const body = Readable.fromWeb(response.body as NodeReadableStream<Uint8Array>)
         body.once('close', release)
         const length = Number(response.headers.get('content-length') ?? NaN)
@@ -272,8 +272,8 @@ export class DataEndpointsClient {
     }
     const policy = { delays: this.#retryDelays, maxRetryAfter: this.#maxRetryAfter, sleep: this.#sleep, signal: spec.signal }
     return withRetries(async (n) => {
-      const value = await attempt(spec, this.#timeout, this.#now)
-      log(n, 200, 'OK')
+      const { value, status } = await attempt(spec, this.#timeout, this.#now)
+      log(n, status, 'OK')
       return value
     }, policy, (error, n, retryInMs) => {
       const status = error instanceof DataEndpointsError ? error.status ?? null : null
