@@ -43,8 +43,8 @@ function byId<T extends { id: string }> (list: T[]): T[] {
   return [...list].sort((a, b) => (a.id < b.id ? -1 : 1))
 }
 
-export function storageContract (t: Test, name: string, open: () => Promise<Storage>, options: ContractOptions = {}): Promise<void> {
-  return t.test(`storage contract: ${name}`, async (t) => {
+export async function storageContract (t: Test, name: string, open: () => Promise<Storage>, options: ContractOptions = {}): Promise<void> {
+  await t.test(`storage contract: ${name}`, async (t) => {
     async function store (t: Test): Promise<Storage> {
       const storage = await open()
       t.teardown(() => storage.close())
@@ -257,6 +257,18 @@ export function storageContract (t: Test, name: string, open: () => Promise<Stor
       t.equal(await s.findEndpointKey(fresh, a.prefix), null)
     })
 
+    t.test('concurrent putEndpoint of one new resource: one creates it, the others replace its keys', async (t) => {
+      const [a, b] = await twoStores(t)
+      const p = newProject()
+      const k = await keyIn(a, p)
+      const l = at(p, 'pipeline', 4)
+      const results = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? a : b).putEndpoint(l, [k.id])))
+      t.same(results.map((r) => r.ok), Array(8).fill(true), 'all succeed')
+      t.equal(results.filter((r) => r.ok && r.created).length, 1, 'exactly one created it')
+      t.equal(new Set(results.map((r) => r.ok && r.endpoint.id)).size, 1, 'all name the same endpoint')
+      t.equal((await b.listEndpoints(p)).length, 1)
+    })
+
     t.test('listEndpoints and getEndpoint: the project\'s endpoints with their keys, in a stable order', async (t) => {
       const s = await store(t)
       const p = newProject()
@@ -434,12 +446,13 @@ export function storageContract (t: Test, name: string, open: () => Promise<Stor
         t.equal(claims.filter((c) => c.claimed).length, 1, `round ${round}: one winner`)
         t.same(claims.filter((c) => !c.claimed), Array(15).fill({ claimed: false, response: null }), 'the others wait')
       }
-      // An expired record: again one winner among the handles.
+      // An expired record: again one winner among the handles. (The ttl must
+      // outlast the spread of the claims, or a late one rightly wins anew.)
       const endpoint = randomUUID()
       await a.claimIdempotencyKey(endpoint, 'old', 60_000)
-      await sleep(30)
+      await sleep(600)
       const claims = await Promise.all(Array.from({ length: 16 }, (_, i) =>
-        (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, 'old', 10)))
+        (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, 'old', 300)))
       t.equal(claims.filter((c) => c.claimed).length, 1, 'one winner takes over an expired record')
     })
 
@@ -473,5 +486,5 @@ export function storageContract (t: Test, name: string, open: () => Promise<Stor
       await t.rejects(s.findEndpointKey(at(p), null), 'findEndpointKey after close')
       await t.rejects(s.applyUsage({ calls: new Map([['x', 1]]), lastUsed: new Map() }), 'applyUsage after close')
     })
-  }) as Promise<void>
+  })
 }

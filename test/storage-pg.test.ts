@@ -1,0 +1,158 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+import t, { type Test } from 'tap'
+import { PgStorage } from '../lib/pg-storage.js'
+import { buildApp } from './helper.js'
+import { freshSchema, pgAvailable } from './pg.js'
+import { storageContract } from './storage-contract.js'
+
+// PgStorage against the shared storage contract, plus what only PostgreSQL
+// has: migrations shared by several instances, the pool, statement timeouts.
+
+const url = await pgAvailable(t)
+
+async function adminClient (t: Test, connectionString: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString })
+  await client.connect()
+  t.teardown(() => client.end())
+  return client
+}
+
+if (url !== null) {
+  const schema = (await freshSchema(t, url)).schema
+  await storageContract(t, 'PgStorage', async () => new PgStorage({ connectionString: url, schema, poolSize: 4 }), { shared: true })
+
+  const project = { organization: 'acme', project: 'shop' }
+  const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+
+  t.test('migrations are versioned; a new instance on the same schema applies nothing again', async (t) => {
+    const { schema: own, client: admin } = await freshSchema(t, url)
+    const first = new PgStorage({ connectionString: url, schema: own })
+    t.teardown(() => first.close())
+    await first.migrate()
+    const query = `SELECT version, applied_at FROM "${own}".schema_migrations ORDER BY version`
+    const applied = (await admin.query(query)).rows
+    t.ok(applied.length >= 1)
+    t.same(applied.map((r) => r.version), applied.map((_, i) => i + 1), 'versions 1..n, each once')
+    await first.createKey({ ...project, prefix: 'CCCCCCCCCC', hash: 'h', purpose: 'kept', isActive: true })
+
+    const second = new PgStorage({ connectionString: url, schema: own })
+    t.teardown(() => second.close())
+    await second.migrate()
+    t.same((await admin.query(query)).rows, applied, 'same rows, same times: nothing re-applied')
+    t.same((await second.listKeys(project)).map((k) => k.purpose), ['kept'], 'data kept')
+  })
+
+  t.test('instances starting at once on a missing schema create it and apply each migration exactly once', async (t) => {
+    const { schema: own, client: admin } = await freshSchema(t, url)
+    await admin.query(`DROP SCHEMA "${own}"`)
+    const storages = Array.from({ length: 6 }, () => new PgStorage({ connectionString: url, schema: own, poolSize: 1 }))
+    t.teardown(() => Promise.all(storages.map((s) => s.close())))
+    const results = await Promise.allSettled(storages.map((s) => s.migrate()))
+    t.same(results.map((r) => r.status), Array(6).fill('fulfilled'), 'no instance fails to start')
+    const versions = (await admin.query(`SELECT version FROM "${own}".schema_migrations ORDER BY version`)).rows
+    t.same(versions.map((r) => r.version), versions.map((_, i) => i + 1))
+    t.same(await storages[5].listKeys(project), [], 'usable by every instance')
+  })
+
+  t.test('findEndpointKey is one named prepared statement, parsed once per connection', async (t) => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 })
+    t.teardown(() => pool.end())
+    const s = new PgStorage({ pool, schema })
+    t.teardown(() => s.close())
+    const key = await s.createKey({ ...project, prefix: 'DDDDDDDDDD', hash: 'h', purpose: 'p', isActive: true })
+    await s.putEndpoint(locator, [key.id])
+    t.equal((await s.findEndpointKey(locator, 'DDDDDDDDDD'))?.key?.id, key.id)
+    t.equal((await s.findEndpointKey(locator, 'EEEEEEEEEE'))?.key, null)
+    // One connection in the pool: this sees that session's statements.
+    const { rows } = await pool.query("SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'fde_lookup_%'")
+    t.equal(rows.length, 1, 'one prepared lookup')
+    t.match(rows[0].statement, `"${schema}".endpoints`, 'on this storage\'s schema')
+  })
+
+  t.test('a pool passed in stays the caller\'s: close() leaves it open', async (t) => {
+    const pool = new pg.Pool({ connectionString: url, max: 2 })
+    t.teardown(() => pool.end())
+    const s = new PgStorage({ pool, schema })
+    t.same(await s.listKeys({ organization: 'nobody', project: 'x' }), [])
+    await s.close()
+    await t.rejects(s.listKeys(project), { message: 'PgStorage is closed' })
+    t.same((await pool.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the pool still works')
+  })
+
+  t.test('close ends the pool PgStorage made; its sessions leave the server', async (t) => {
+    const admin = await adminClient(t, url)
+    const s = new PgStorage({ connectionString: url, schema, poolSize: 3 })
+    await s.migrate()
+    const pids = (await Promise.all([1, 2, 3].map(() =>
+      s.pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid, pg_sleep(0.05)')))).map((r) => r.rows[0].pid)
+    const live = async (): Promise<number> =>
+      Number((await admin.query('SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY ($1)', [pids])).rows[0].n)
+    t.equal(await live(), 3, 'three sessions open')
+    await s.close()
+    for (let i = 0; i < 40 && await live() > 0; i++) await sleep(50)
+    t.equal(await live(), 0, 'all gone after close')
+  })
+
+  t.test('the plugin closes PgStorage in onClose', async (t) => {
+    const storage = new PgStorage({ connectionString: url, schema })
+    const { app } = await buildApp(t, { storage })
+    t.same((await app.inject({ url: '/api-keys/acme/shop/keys', headers: { 'x-permissions': 'ManageAPIKeys' } })).statusCode, 200)
+    await app.close()
+    await t.rejects(storage.listKeys(project), { message: 'PgStorage is closed' })
+    t.equal(storage.pool.totalCount, 0, 'no connection left in the pool')
+  })
+
+  t.test('counters are bigint: past 2^31 they stay exact numbers', async (t) => {
+    const s = new PgStorage({ connectionString: url, schema })
+    t.teardown(() => s.close())
+    const p = { organization: 'big', project: 'counts' }
+    const key = await s.createKey({ ...p, prefix: 'FFFFFFFFFF', hash: 'h', purpose: 'p', isActive: true })
+    const put = await s.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, [key.id])
+    const id = put.ok ? put.endpoint.id : ''
+    await s.applyUsage({ calls: new Map([[id, 2 ** 40]]), lastUsed: new Map() })
+    await s.applyUsage({ calls: new Map([[id, 2 ** 40 + 1]]), lastUsed: new Map() })
+    const calls = (await s.listEndpoints(p))[0].calls
+    t.equal(typeof calls, 'number')
+    t.equal(calls, 2 ** 41 + 1)
+  })
+
+  t.test('a statement that cannot finish in queryTimeout fails instead of waiting; later ones succeed', async (t) => {
+    const s = new PgStorage({ connectionString: url, schema, queryTimeout: 300 })
+    t.teardown(() => s.close())
+    const p = { organization: 'locked', project: 'rows' }
+    const key = await s.createKey({ ...p, prefix: 'GGGGGGGGGG', hash: 'h', purpose: 'p', isActive: true })
+    const put = await s.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, [key.id])
+    const id = put.ok ? put.endpoint.id : ''
+    t.same((await s.pool.query('SHOW statement_timeout')).rows, [{ statement_timeout: '300ms' }],
+      'the server cancels a statement at queryTimeout too')
+
+    // Another session holds the rows, as a stuck transaction would.
+    const admin = await adminClient(t, url)
+    await admin.query('BEGIN')
+    await admin.query(`SELECT 1 FROM "${schema}".endpoints WHERE id = $1 FOR UPDATE`, [id])
+    await admin.query(`SELECT 1 FROM "${schema}".api_keys WHERE id = $1 FOR UPDATE`, [key.id])
+    const blocked: Array<[string, () => Promise<unknown>]> = [
+      ['applyUsage', () => s.applyUsage({ calls: new Map([[id, 1]]), lastUsed: new Map() })],
+      ['updateKey', () => s.updateKey(p, key.id, { isActive: false })],
+      ['deleteKey', () => s.deleteKey(p, key.id)]
+    ]
+    for (const [what, call] of blocked) {
+      const started = Date.now()
+      await t.rejects(call(), `${what} rejects`)
+      const took = Date.now() - started
+      t.ok(took < 2000, `${what} gave up after ${took} ms`)
+    }
+    await admin.query('ROLLBACK')
+    await s.applyUsage({ calls: new Map([[id, 1]]), lastUsed: new Map() })
+    t.equal((await s.listEndpoints(p))[0].calls, 1, 'the pool works again once the lock is gone')
+  })
+
+  t.test('options are checked when PgStorage is made', async (t) => {
+    t.throws(() => new PgStorage({ schema: 'bad-name' }), { message: /option "schema"/ })
+    t.throws(() => new PgStorage({ schema: 'x"; DROP TABLE y; --' }), { message: /option "schema"/ })
+    t.throws(() => new PgStorage({ queryTimeout: 0 }), { message: /option "queryTimeout"/ })
+    t.throws(() => new PgStorage({ poolSize: 1.5 }), { message: /option "poolSize"/ })
+    t.throws(() => new PgStorage({ connectionTimeout: -1 }), { message: /option "connectionTimeout"/ })
+  })
+}
