@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os'
 import type { FastifyRequest } from 'fastify'
 import type { DatasetSource } from './dataset-source.js'
 import type { JobSource } from './job-source.js'
@@ -31,7 +32,7 @@ export interface DataEndpointsOptions {
   usageFlushInterval?: number
   /** verification results remembered (each of matches and mismatches); default 10000 */
   verificationCacheSize?: number
-  /** bcrypt comparisons running at once; default 2 */
+  /** bcrypt comparisons running at once; default half the CPUs (at least 1), so verified traffic keeps the rest */
   maxConcurrentHashes?: number
   /** bcrypt comparisons waiting; beyond it 429; default 100 */
   maxQueuedHashes?: number
@@ -55,7 +56,7 @@ export const DEFAULTS = {
   bcryptCost: 10,
   usageFlushInterval: 1000,
   verificationCacheSize: 10_000,
-  maxConcurrentHashes: 2,
+  maxConcurrentHashes: Math.max(1, Math.floor(availableParallelism() / 2)),
   maxQueuedHashes: 100,
   failureThrottle: { maxFailures: 50, windowMs: 60_000 },
   idempotencyTtl: 24 * 60 * 60 * 1000,

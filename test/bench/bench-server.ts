@@ -1,0 +1,57 @@
+// A host with the plugin for the benchmarks, run in its own process so the
+// load generator does not share its event loop. It serves, in the same app:
+//   /bare                       the bytes of the small dataset as json, no plugin work
+//   /api/acme/shop/model/1/...  the plugin's routes (dataset 1 small, pipeline 1)
+// Management: any request with `x-permissions: ManageAPIKeys`.
+// Env: BENCH_THROTTLE=off disables the failure throttle. Prints "port <n>".
+import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Fastify from 'fastify'
+import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
+import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+
+const dir = mkdtempSync(join(tmpdir(), 'fde-bench-'))
+const storage = new SqliteStorage({ filename: join(dir, 'bench.db') })
+const datasets = new MemoryDatasets().add(SALES_REF, salesDataset())
+const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
+// Keep the job map from growing through a long POST run.
+jobs.getPipeline = async () => ({ name: 'refresh', start: async () => { jobs.starts++ } })
+
+const app = Fastify({ logger: false })
+await app.register(dataEndpoints, {
+  storage,
+  datasets,
+  pipelines: jobs,
+  jobs,
+  requireHttps: false,
+  failureThrottle: process.env.BENCH_THROTTLE === 'off' ? false : undefined,
+  getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',')
+})
+
+// The same bytes the json download of dataset 1 produces, sent directly.
+let bareBody = ''
+app.get('/bare', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
+app.get('/bare/pipeline', async () => ({ job_id: randomUUID(), job_url: 'http://x/api/job/' }))
+
+await app.listen({ host: '127.0.0.1', port: 0 })
+const address = app.server.address()
+if (address === null || typeof address === 'string') throw new Error('no port')
+
+// Fill /bare with what the plugin itself answers, through a throwaway key.
+const created = await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: { 'x-permissions': 'ManageAPIKeys' }, payload: { purpose: 'bare' } })
+const probe = created.json()
+await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', headers: { 'x-permissions': 'ManageAPIKeys' }, payload: { keyIds: [probe.id] } })
+bareBody = (await app.inject({ url: `/api/acme/shop/model/1/dataset/1?format=json&api_key=${probe.key}` })).body
+await app.inject({ method: 'DELETE', url: '/api-keys/acme/shop/endpoints/1/dataset/1', headers: { 'x-permissions': 'ManageAPIKeys' } })
+await app.inject({ method: 'DELETE', url: `/api-keys/acme/shop/keys/${probe.id}`, headers: { 'x-permissions': 'ManageAPIKeys' } })
+
+console.log(`port ${address.port}`)
+
+async function stop (): Promise<void> {
+  await app.close()
+  rmSync(dir, { recursive: true, force: true })
+  process.exit(0)
+}
+process.on('SIGTERM', () => { stop().catch(() => process.exit(1)) })

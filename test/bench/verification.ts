@@ -1,0 +1,145 @@
+// Benchmarks of the request path (issue "3 ·"), each against a bare Fastify
+// route in the same server and the same run. Not a test: run it with
+//   npx tsx test/bench/verification.ts [seconds-per-run]
+// and record the printed table in BENCHMARKS.md.
+//   (a) authenticated format=json GET of a small dataset vs the bare route
+//   (b) first-request verification cost with 1, 10 and 100 keys assigned
+//   (c) legitimate traffic during a wrong-secret flood on a known prefix
+//   (d) pipeline POST throughput
+import { spawn, type ChildProcess } from 'node:child_process'
+import { cpus, totalmem } from 'node:os'
+import { once } from 'node:events'
+import { createInterface } from 'node:readline'
+import { randomBytes } from 'node:crypto'
+import autocannon, { type Options, type Result } from 'autocannon'
+
+const seconds = Number(process.argv[2] ?? 10)
+const ADMIN = { 'x-permissions': 'ManageAPIKeys', 'content-type': 'application/json' }
+
+interface Server { child: ChildProcess, base: string }
+
+async function startServer (env: Record<string, string> = {}): Promise<Server> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/bench/bench-server.ts'], {
+    env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit']
+  })
+  const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
+  for await (const line of lines) {
+    const match = /^port (\d+)$/.exec(line)
+    if (match !== null) return { child, base: `http://127.0.0.1:${match[1]}` }
+  }
+  throw new Error('bench server did not start')
+}
+
+async function stopServer (server: Server): Promise<void> {
+  server.child.kill('SIGTERM')
+  await once(server.child, 'exit')
+}
+
+async function call (base: string, method: string, path: string, body?: unknown): Promise<any> {
+  const res = await fetch(base + path, { method, headers: ADMIN, body: body === undefined ? undefined : JSON.stringify(body) })
+  if (res.status >= 400) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`)
+  return res.status === 204 ? null : res.json()
+}
+
+async function newKeys (base: string, n: number): Promise<Array<{ id: string, key: string }>> {
+  const keys = []
+  for (let i = 0; i < n; i++) keys.push(await call(base, 'POST', '/api-keys/acme/shop/keys', { purpose: `bench ${i}` }))
+  return keys
+}
+
+async function load (options: Options): Promise<Result> {
+  return autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
+}
+
+function rate (r: Result): number {
+  return Math.round(r.requests.average)
+}
+
+const DATASET = '/api/acme/shop/model/1/dataset/1'
+const PIPELINE = '/api/acme/shop/model/1/pipeline/1'
+const rows: string[][] = []
+const note = (...cells: Array<string | number>): void => { rows.push(cells.map(String)) }
+
+// (a) and (d)
+{
+  const server = await startServer()
+  const [k] = await newKeys(server.base, 1)
+  await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [k.id] })
+  await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/pipeline/1', { keyIds: [k.id] })
+  const auth = { authorization: `Bearer ${k.key}` }
+  await load({ url: server.base + '/bare', duration: 2 }) // warm-up
+  await load({ url: `${server.base}${DATASET}?format=json`, headers: auth, duration: 2 })
+  const bare = await load({ url: server.base + '/bare' })
+  const data = await load({ url: `${server.base}${DATASET}?format=json`, headers: auth })
+  const bare2 = await load({ url: server.base + '/bare' })
+  const bareRate = (rate(bare) + rate(bare2)) / 2
+  note('(a) bare route, same bytes (mean of runs before and after)', Math.round(bareRate), `${bare.latency.p99} / ${bare2.latency.p99}`, '1.00')
+  note('(a) authenticated json GET, Bearer', rate(data), data.latency.p99, (rate(data) / bareRate).toFixed(2))
+  if (data.non2xx > 0) throw new Error(`(a) ${data.non2xx} non-2xx answers`)
+
+  const barePost = await load({ url: server.base + '/bare/pipeline' })
+  const post = await load({ url: server.base + PIPELINE, method: 'POST', headers: auth })
+  note('(d) bare route, job-reference JSON', rate(barePost), barePost.latency.p99, '1.00')
+  note('(d) pipeline POST', rate(post), post.latency.p99, (rate(post) / rate(barePost)).toFixed(2))
+  if (post.non2xx > 0) throw new Error(`(d) ${post.non2xx} non-2xx answers`)
+  await stopServer(server)
+}
+
+// (b): first request of each of 10 keys, with 1, 10 and 100 keys assigned.
+{
+  const server = await startServer()
+  for (const assigned of [1, 10, 100]) {
+    await call(server.base, 'DELETE', '/api-keys/acme/shop/endpoints/1/dataset/1').catch(() => {})
+    const keys = await newKeys(server.base, assigned)
+    const samples: number[] = []
+    // Each sample: a key never used before, with `assigned` keys on the endpoint.
+    for (let i = 0; i < 10; i++) {
+      const fresh = await newKeys(server.base, 1)
+      const onEndpoint = [...keys.slice(0, assigned - 1).map((k) => k.id), fresh[0].id]
+      await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: onEndpoint })
+      const start = process.hrtime.bigint()
+      const res = await fetch(`${server.base}${DATASET}?format=json`, { headers: { authorization: `Bearer ${fresh[0].key}` } })
+      await res.arrayBuffer()
+      samples.push(Number(process.hrtime.bigint() - start) / 1e6)
+      if (res.status !== 200) throw new Error(`(b) status ${res.status}`)
+    }
+    samples.sort((x, y) => x - y)
+    note(`(b) first request, ${assigned} key(s) assigned: median ms (min-max)`, samples[5].toFixed(1), `${samples[0].toFixed(1)}-${samples[9].toFixed(1)}`, '')
+  }
+  await stopServer(server)
+}
+
+// (c): legitimate traffic alone, then during a flood of wrong secrets on its prefix.
+for (const throttle of ['on', 'off']) {
+  const server = await startServer(throttle === 'off' ? { BENCH_THROTTLE: 'off' } : {})
+  const [k] = await newKeys(server.base, 1)
+  await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [k.id] })
+  const legitOptions: Options = { url: `${server.base}${DATASET}?format=json`, headers: { authorization: `Bearer ${k.key}` }, connections: 10 }
+  await load({ ...legitOptions, duration: 2 })
+  const alone = await load(legitOptions)
+  const prefix = k.key.slice(0, 11)
+  const floodRun = load({
+    url: server.base + DATASET,
+    connections: 50,
+    requests: [{
+      setupRequest: (request) => ({
+        ...request,
+        path: `${DATASET}?api_key=${prefix}${randomBytes(16).toString('base64').replace(/[^A-Za-z0-9]/g, 'x').slice(0, 21)}`
+      })
+    }]
+  })
+  const during = await load(legitOptions)
+  const flood = await floodRun
+  const ratio = (rate(during) / rate(alone)).toFixed(2)
+  note(`(c) throttle ${throttle}: legitimate alone (10 conns)`, rate(alone), alone.latency.p99, '1.00')
+  note(`(c) throttle ${throttle}: legitimate during flood`, rate(during), during.latency.p99, ratio)
+  const codes = Object.entries(flood.statusCodeStats ?? {}).map(([c, s]) => `${c}:${(s as { count: number }).count}`).join(' ')
+  note(`(c) throttle ${throttle}: flood (50 conns, random secrets) [${codes}]`, rate(flood), flood.latency.p99, '')
+  if (during.non2xx > 0) throw new Error(`(c) ${during.non2xx} legitimate requests failed`)
+  await stopServer(server)
+}
+
+console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ${seconds} s per run, 50 connections unless stated; bcrypt cost 10\n`)
+console.log('| scenario | req/s (or ms) | p99 ms (or range) | ratio |')
+console.log('|---|---:|---:|---:|')
+for (const r of rows) console.log(`| ${r.join(' | ')} |`)
