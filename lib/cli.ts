@@ -277,7 +277,11 @@ async function main (args: string[], io: Io): Promise<number> {
   }
   try {
     const handler = COMMANDS[command]
-    if (handler === undefined) throw new UsageProblem(`unknown command "${command.slice(0, 20)}" (get, run or job)`)
+    if (handler === undefined) {
+      // Echoed only when it cannot be a key (a key has digits, capitals and a dash).
+      const shown = /^[a-z]{1,15}$/.test(command) ? ` "${command}"` : ''
+      throw new UsageProblem(`unknown command${shown} (get, run or job)`)
+    }
     return await handler(rest, io)
   } catch (err) {
     return report(err, io)
