@@ -13,4 +13,6 @@ export interface PluginContext {
   verifier: KeyVerifier
   usage: UsageRecorder
   throttle: FailureThrottle | null
+  /** whether the host's Fastify has a logger that writes anything */
+  logs: boolean
 }

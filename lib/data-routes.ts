@@ -39,15 +39,18 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   app.setErrorHandler(sendError)
 
   // SPEC.md §7.4: each call is logged with its URL (api_key redacted),
-  // status, message and the key prefix, never the key.
-  app.addHook('onResponse', async (request, reply) => {
-    request.log.info({
-      url: redactUrl(request.url),
-      statusCode: reply.statusCode,
-      message: errorMessageOf(request),
-      keyPrefix: request.dataEndpointKeyPrefix
-    }, 'data endpoint call')
-  })
+  // status, message and the key prefix, never the key. Without a logger the
+  // hook is not added at all: the line would cost a regex per request.
+  if (ctx.logs) {
+    app.addHook('onResponse', async (request, reply) => {
+      request.log.info({
+        url: redactUrl(request.url),
+        statusCode: reply.statusCode,
+        message: errorMessageOf(request),
+        keyPrefix: request.dataEndpointKeyPrefix
+      }, 'data endpoint call')
+    })
+  }
 
   function baseUrl (request: FastifyRequest): string {
     return options.baseUrl ?? `${request.protocol}://${request.host}`

@@ -29,6 +29,8 @@ declare module 'fastify' {
 async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOptions): Promise<void> {
   const options = resolveOptions(rawOptions)
   const hasher = options.hasher ?? bcryptHasher(options.bcryptCost)
+  // Without a logger Fastify skips child loggers; keep that fast path.
+  const logs = typeof app.log.level === 'string' && app.log.level !== 'silent'
   const ctx: PluginContext = {
     options,
     storage: options.storage,
@@ -40,7 +42,8 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
       maxQueuedHashes: options.maxQueuedHashes
     }),
     usage: new UsageRecorder(options.storage, options.usageFlushInterval, app.log),
-    throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle)
+    throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle),
+    logs
   }
 
   app.decorate('dataEndpoints', {
@@ -59,8 +62,6 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
 
   // Each group of routes sits in its own encapsulated context: the key hook,
   // error handler and validator never touch the host's other routes.
-  // Without a logger Fastify skips child loggers; keep that fast path.
-  const logs = typeof app.log.level === 'string' && app.log.level !== 'silent'
   await app.register(async function apiRoutes (api) {
     // Every request logger under /api, the 404s' included, logs the URL with
     // api_key redacted, whatever serializers the host's logger has.
