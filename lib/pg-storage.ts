@@ -150,6 +150,8 @@ function positiveInteger (name: string, value: number): number {
 }
 
 type Queryable = pg.Pool | pg.PoolClient
+/** A transaction's id and its server process. */
+interface Session { xid: string, pid: number }
 // pg reads a per-query `query_timeout` that its typings do not declare.
 type TimedQuery = pg.QueryConfig & { query_timeout: number }
 
@@ -191,7 +193,8 @@ export class PgStorage implements Storage {
       this.ownPool = true
     }
     // A connection that breaks while idle is dropped by the pool, which opens
-    // a new one for the next query; without a listener the error would crash.
+    // a new one for the next query; without a listener the error would crash
+    // the process.
     this.pool.on('error', () => {})
 
     const t = (table: string): string => `"${this.schema}".${table}`
@@ -294,26 +297,29 @@ export class PgStorage implements Storage {
     return this.query<R>(this.pool, text, values, name)
   }
 
-  /** Runs `work` in a transaction on one connection; a failure drops the connection, which rolls back. */
-  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, onCommitLost?: () => Promise<boolean>): Promise<T> {
+  /**
+   * Runs `work` in a transaction on one connection; a failure drops the
+   * connection, which rolls back. When COMMIT goes unanswered, `committed`
+   * (if given) finds out, from what `work` returned, whether it took effect anyway.
+   */
+  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, committed?: (result: T) => Promise<boolean>): Promise<T> {
     const client = await this.pool.connect()
     // An error on the socket between two queries must not crash the process;
     // the next query fails instead.
     const ignore = (): void => {}
     client.on('error', ignore)
-    let committing = false
+    let result: { value: T } | undefined
     try {
       await this.query(client, 'BEGIN')
-      const result = await work(client)
-      committing = true
+      result = { value: await work(client) }
       await this.query(client, 'COMMIT')
       client.removeListener('error', ignore)
       client.release()
-      return result
+      return result.value
     } catch (err) {
       client.removeListener('error', ignore)
       client.release(err as Error)
-      if (committing && onCommitLost !== undefined && await onCommitLost()) return undefined as T
+      if (result !== undefined && committed !== undefined && await committed(result.value)) return result.value
       throw err
     }
   }
@@ -334,10 +340,9 @@ export class PgStorage implements Storage {
     await this.migrate()
     const calls = [...batch.calls].sort(([a], [b]) => (a < b ? -1 : 1))
     const lastUsed = [...batch.lastUsed].sort(([a], [b]) => (a < b ? -1 : 1))
-    let session: { xid: string, pid: number } | undefined
     await this.transaction(async (client) => {
-      session = (await this.query<{ xid: string, pid: number }>(client,
-        'SELECT txid_current()::text AS xid, pg_backend_pid() AS pid')).rows[0]
+      // Who this transaction is, to learn its fate should the COMMIT go unanswered.
+      const session = (await this.query<Session>(client, 'SELECT txid_current()::text AS xid, pg_backend_pid() AS pid')).rows[0]
       if (calls.length > 0) {
         const ids = calls.map(([id]) => id)
         await this.query(client, this.sql.lockEndpoints, [ids])
@@ -348,7 +353,8 @@ export class PgStorage implements Storage {
         await this.query(client, this.sql.lockKeys, [ids])
         await this.query(client, this.sql.touchKeys, [ids, lastUsed.map(([, at]) => at)])
       }
-    }, async () => this.committedAfterAll(session as { xid: string, pid: number }))
+      return session
+    }, async (session) => this.committedAfterAll(session))
   }
 
   /**
@@ -356,7 +362,7 @@ export class PgStorage implements Storage {
    * it twice if the transaction did commit, so ask the server, on another
    * connection, what became of it. False when that cannot be known.
    */
-  private async committedAfterAll (session: { xid: string, pid: number }): Promise<boolean> {
+  private async committedAfterAll (session: Session): Promise<boolean> {
     try {
       for (let attempt = 0; attempt < 20; attempt++) {
         const { rows } = await this.query<{ status: string | null }>(this.pool, 'SELECT txid_status($1::bigint) AS status', [session.xid])
