@@ -274,7 +274,10 @@ export class PgStorage implements Storage {
     if (this.closed) throw new Error('PgStorage is closed')
     this.migrated ??= this.transaction(async (client) => {
       await this.query(client, 'SELECT pg_advisory_xact_lock($1, hashtext($2))', [MIGRATION_LOCK, this.schema])
-      await this.query(client, `CREATE SCHEMA IF NOT EXISTS "${this.schema}"`)
+      // Only when missing: a role that owns a schema made for it need not
+      // have CREATE on the database, which CREATE SCHEMA IF NOT EXISTS asks for.
+      const exists = await this.query(client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.schema])
+      if (exists.rowCount === 0) await this.query(client, `CREATE SCHEMA "${this.schema}"`)
       await this.query(client, `SET LOCAL search_path TO "${this.schema}"`)
       await this.query(client, `CREATE TABLE IF NOT EXISTS schema_migrations (
         version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`)

@@ -55,6 +55,25 @@ if (url !== null) {
     t.same(await storages[5].listKeys(project), [], 'usable by every instance')
   })
 
+  t.test('a role that owns its schema but may not create schemas can migrate and work', async (t) => {
+    const { schema: own, client: admin } = await freshSchema(t, url)
+    const role = `fde_${own}`.slice(0, 63)
+    await admin.query(`CREATE ROLE "${role}" LOGIN`)
+    t.teardown(async () => {
+      await admin.query(`ALTER SCHEMA "${own}" OWNER TO CURRENT_USER`)
+      await admin.query(`DROP OWNED BY "${role}"`)
+      await admin.query(`DROP ROLE "${role}"`)
+    })
+    await admin.query(`ALTER SCHEMA "${own}" OWNER TO "${role}"`)
+    const asRole = new URL(url)
+    asRole.username = role
+    asRole.password = ''
+    const s = new PgStorage({ connectionString: asRole.toString(), schema: own })
+    t.teardown(() => s.close())
+    await s.migrate()
+    t.same(await s.listKeys(project), [])
+  })
+
   t.test('findEndpointKey is one named prepared statement, parsed once per connection', async (t) => {
     const pool = new pg.Pool({ connectionString: url, max: 1 })
     t.teardown(() => pool.end())
