@@ -18,7 +18,10 @@ export interface PgStorageOptions {
   connectionString?: string
   /** connections in the pool PgStorage makes; default 10 */
   poolSize?: number
-  /** schema that holds the tables, created if missing; default 'public' */
+  /**
+   * schema that holds the tables (and their schema_migrations), created if
+   * missing; default 'data_endpoints', apart from the host's own tables
+   */
   schema?: string
   /** milliseconds a statement may take, on the server and waiting for its answer; default 5000 */
   queryTimeout?: number
@@ -28,7 +31,7 @@ export interface PgStorageOptions {
 
 export const PG_STORAGE_DEFAULTS = {
   poolSize: 10,
-  schema: 'public',
+  schema: 'data_endpoints',
   queryTimeout: 5000,
   connectionTimeout: 5000
 } as const

@@ -168,6 +168,9 @@ if (url !== null) {
   })
 
   t.test('options are checked when PgStorage is made', async (t) => {
+    const plain = new PgStorage({ connectionString: url })
+    t.equal(plain.schema, 'data_endpoints', 'by default the tables live apart from the host\'s, in schema data_endpoints')
+    await plain.close()
     t.throws(() => new PgStorage({ schema: 'bad-name' }), { message: /option "schema"/ })
     t.throws(() => new PgStorage({ schema: 'x"; DROP TABLE y; --' }), { message: /option "schema"/ })
     t.throws(() => new PgStorage({ queryTimeout: 0 }), { message: /option "queryTimeout"/ })
