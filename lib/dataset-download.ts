@@ -1,7 +1,9 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Dataset, Entity } from './dataset-source.js'
 import { InvalidParameterError, UnknownFormatError } from './errors.js'
+import { checkEntities } from './formats/entity-model.js'
 import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type FormatName } from './formats/index.js'
+import { oracleDdl } from './formats/oracle.js'
 import { ddlFor } from './formats/sql.js'
 
 export interface DownloadQuery {
@@ -12,7 +14,7 @@ export interface DownloadQuery {
   limit: number | undefined
 }
 
-const NON_NEGATIVE_INTEGER = /^(0|[1-9][0-9]{0,15})$/
+const DIGITS = /^[0-9]{1,20}$/
 
 function oneOf<T extends string> (name: string, value: unknown, allowed: readonly T[]): T | undefined {
   if (value === undefined) return undefined
@@ -30,7 +32,7 @@ export function parseDownloadQuery (query: Record<string, unknown>, dataset: Dat
   let limit: number | undefined
   if (query.limit !== undefined) {
     const text = query.limit
-    if (typeof text !== 'string' || !NON_NEGATIVE_INTEGER.test(text) || !Number.isSafeInteger(Number(text))) {
+    if (typeof text !== 'string' || !DIGITS.test(text) || !Number.isSafeInteger(Number(text))) {
       throw new InvalidParameterError('Invalid limit: must be a non-negative integer')
     }
     limit = Number(text)
@@ -51,14 +53,24 @@ export function contentDisposition (fileName: string): string {
   return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(fileName)}`
 }
 
-/** Answers a dataset GET whose key is verified and whose dataset exists. */
+/**
+ * Answers a dataset GET whose key is verified and whose dataset exists.
+ * Everything that can fail before the first byte (query, model, Oracle
+ * names) fails here, as a JSON error. Once the body streams, a failure
+ * destroys the connection (Fastify does so for a stream that errors after
+ * its headers), so the client sees an incomplete response, never a file that
+ * looks whole.
+ */
 export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset): Promise<FastifyReply> {
   const q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
+  checkEntities(dataset.entities)
   if (q.meta === 'entities') {
     return reply.type('application/json; charset=utf-8').send(q.entities.map((e) => e.name))
   }
   if (q.meta === 'ddl') {
-    return reply.type('text/plain; charset=utf-8').send(ddlFor(q.entities))
+    // The dialect follows the format: Oracle for oracle-loader, else the portable SQL.
+    const ddl = q.format === 'oracle-loader' ? oracleDdl(q.entities) : ddlFor(q.entities)
+    return reply.type('text/plain; charset=utf-8').send(ddl)
   }
 
   // Stop reading at the source as soon as the client goes away.
@@ -66,9 +78,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort()
   })
-  const format = FORMATS[q.format]
-  if (format === undefined) throw new Error(`Format ${q.format} is not available yet`)
-  const download = format({
+  const download = FORMATS[q.format]({
     dataset,
     entities: q.entities,
     limit: q.limit,
@@ -79,5 +89,6 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     .type(download.contentType)
     .header('content-disposition', contentDisposition(download.fileName))
     .header('x-content-type-options', 'nosniff')
+    .header('cache-control', 'no-store')
     .send(download.body)
 }

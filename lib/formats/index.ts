@@ -1,6 +1,9 @@
 import type { Readable } from 'node:stream'
 import type { Dataset, Entity } from '../dataset-source.js'
-import { jsonFormat } from './json.js'
+import { csvZipFormat } from './csv.js'
+import { jsonFormat, jsonZipFormat } from './json.js'
+import { oracleLoaderFormat } from './oracle.js'
+import { sqlFormat } from './sql.js'
 
 // The download formats of SPEC.md §4.1. Each turns a dataset into a byte
 // stream that pulls rows only as fast as the client reads them.
@@ -28,14 +31,15 @@ export interface Download {
   body: Readable
 }
 
+/** Builds the download; throws (before anything is sent) when the model cannot be written. */
 export type DownloadFormat = (spec: DownloadSpec) => Download
 
-export const FORMATS: Record<FormatName, DownloadFormat | undefined> = {
-  sql: undefined,
+export const FORMATS: Record<FormatName, DownloadFormat> = {
+  sql: sqlFormat,
   json: jsonFormat,
-  'csv-zip': undefined,
-  'json-zip': undefined,
-  'oracle-loader': undefined
+  'csv-zip': csvZipFormat,
+  'json-zip': jsonZipFormat,
+  'oracle-loader': oracleLoaderFormat
 }
 
 export function isFormatName (value: unknown): value is FormatName {

@@ -1,11 +1,131 @@
-import type { Entity } from '../dataset-source.js'
+import { Readable } from 'node:stream'
+import type { Column, Entity, Row } from '../dataset-source.js'
+import type { DownloadFormat, DownloadSpec } from './index.js'
+import { CHUNK_SIZE, entityRows, rowWriter, type CellWriter } from './rows.js'
+import {
+  bigintText, binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText, ValueError
+} from './values.js'
 
-// Placeholder until the sql format lands (issue "2 ·"): DDL only.
-function quoteIdentifier (name: string): string {
+// sql: one script that loads into PostgreSQL and SQLite alike: CREATE TABLE
+// per entity, then multi-row INSERTs, all inside BEGIN ... COMMIT (a file cut
+// short has no COMMIT, so loading it changes nothing). Identifiers are
+// double-quoted; strings use '' and never a backslash escape; NULL, TRUE/FALSE.
+//
+// Type choices (README "Formats"):
+// - decimal(p,s) is declared `NUMERIC /* SQLite: TEXT, exact */ (p,s)` and
+//   its values written as quoted text. PostgreSQL reads numeric(p,s) and
+//   ignores the comment; SQLite takes the affinity from the declared type's
+//   text, which contains TEXT, so it keeps the exact digits instead of
+//   rounding them to a REAL.
+// - binary is BYTEA with '\x<hex>' values: bytea in PostgreSQL; in SQLite the
+//   same text '\x...' (convert with unhex(substr(col, 3)) when bytes are needed).
+// - timestamps are ISO 8601 text ('...Z' with a zone), dates 'YYYY-MM-DD'.
+
+export function quoteIdentifier (name: string): string {
   return '"' + name.replaceAll('"', '""') + '"'
 }
 
-export function ddlFor (entities: readonly Entity[]): string {
-  return entities.map((e) => `CREATE TABLE ${quoteIdentifier(e.name)} (\n` +
-    e.columns.map((c) => `  ${quoteIdentifier(c.name)} ${c.type.toUpperCase()}`).join(',\n') + '\n);\n').join('\n')
+/** A string literal: quotes doubled, nothing else escaped. */
+export function sqlString (s: string): string {
+  return "'" + s.replaceAll("'", "''") + "'"
 }
+
+function sqlType (column: Column): string {
+  switch (column.type) {
+    case 'integer': return 'INTEGER'
+    case 'bigint': return 'BIGINT'
+    case 'decimal': return `NUMERIC /* SQLite: TEXT, exact */ (${column.precision},${column.scale})`
+    case 'float': return 'DOUBLE PRECISION'
+    case 'text': return column.maxLength === undefined ? 'TEXT' : `VARCHAR(${column.maxLength})`
+    case 'boolean': return 'BOOLEAN'
+    case 'date': return 'DATE'
+    case 'timestamp': return column.withTimeZone === true ? 'TIMESTAMP WITH TIME ZONE' : 'TIMESTAMP'
+    case 'binary': return 'BYTEA'
+    case 'json': return 'JSON'
+  }
+}
+
+/** Primary-key columns are NOT NULL too (PostgreSQL makes them so; SQLite would not). */
+export function isNotNull (column: Column): boolean {
+  return column.nullable === false || column.primaryKey === true
+}
+
+export function createTableSql (entity: Entity): string {
+  const lines = entity.columns.map((c) => `  ${quoteIdentifier(c.name)} ${sqlType(c)}${isNotNull(c) ? ' NOT NULL' : ''}`)
+  const key = entity.columns.filter((c) => c.primaryKey === true)
+  if (key.length > 0) lines.push(`  PRIMARY KEY (${key.map((c) => quoteIdentifier(c.name)).join(', ')})`)
+  return `CREATE TABLE ${quoteIdentifier(entity.name)} (\n${lines.join(',\n')}\n);\n`
+}
+
+/** The DDL of `meta=ddl` and of the script: CREATE TABLE per entity. */
+export function ddlFor (entities: readonly Entity[]): string {
+  return entities.map(createTableSql).join('\n')
+}
+
+function sqlCell (column: Column): CellWriter {
+  switch (column.type) {
+    case 'integer': return (v) => { const n = integerValue(v); return n === null ? 'NULL' : String(n) }
+    case 'bigint': return (v) => bigintText(v) ?? 'NULL'
+    case 'float': return (v) => { const n = floatValue(v); return n === null ? 'NULL' : floatText(n) }
+    case 'boolean': return (v) => { const b = booleanValue(v); return b === null ? 'NULL' : b ? 'TRUE' : 'FALSE' }
+    case 'binary': return (v) => { const b = binaryValue(v); return b === null ? 'NULL' : "'\\x" + b.toString('hex') + "'" }
+    case 'json': return (v) => { const s = jsonText(v); return s === null ? 'NULL' : sqlString(s) }
+    case 'text': {
+      const text = canonicalText(column)
+      return (v) => {
+        const s = text(v)
+        if (s === null) return 'NULL'
+        // Neither engine can read U+0000 inside a literal (PostgreSQL text cannot hold it at all).
+        if (s.includes('\0')) throw new ValueError('text contains U+0000, which the sql format cannot carry')
+        return sqlString(s)
+      }
+    }
+    default: { // decimal, date, timestamp: canonical text needs no escaping
+      const text = canonicalText(column)
+      return (v) => { const s = text(v); return s === null ? 'NULL' : "'" + s + "'" }
+    }
+  }
+}
+
+export function sqlRowWriter (entity: Entity): (row: Row) => string {
+  return rowWriter(entity, entity.columns.map(sqlCell), ', ', '(', ')')
+}
+
+// An INSERT ends after this many rows or characters, whichever comes first,
+// so no statement grows past what a client or server comfortably parses.
+const BATCH_ROWS = 500
+const BATCH_CHARS = 1024 * 1024
+
+async function * sqlScript (spec: DownloadSpec): AsyncGenerator<string> {
+  let chunk = '-- fastify-data-endpoints sql export: loads into PostgreSQL or SQLite in one transaction\nBEGIN;\n'
+  for (const entity of spec.entities) {
+    chunk += '\n' + createTableSql(entity)
+    const insert = `INSERT INTO ${quoteIdentifier(entity.name)} (${entity.columns.map((c) => quoteIdentifier(c.name)).join(', ')}) VALUES\n`
+    const write = sqlRowWriter(entity)
+    let rows = 0
+    let chars = 0
+    for await (const row of entityRows(spec.dataset, entity.name, spec.limit, spec.signal)) {
+      const tuple = write(row)
+      chunk += (rows === 0 ? insert : ',\n') + tuple
+      chars += tuple.length
+      if (++rows === BATCH_ROWS || chars >= BATCH_CHARS) {
+        chunk += ';\n'
+        rows = 0
+        chars = 0
+      }
+      if (chunk.length >= CHUNK_SIZE) {
+        yield chunk
+        chunk = ''
+      }
+    }
+    if (rows > 0) chunk += ';\n'
+  }
+  yield chunk + '\nCOMMIT;\n'
+}
+
+/** `sql` (the default): DDL and INSERTs in one transaction. */
+export const sqlFormat: DownloadFormat = (spec) => ({
+  contentType: 'application/sql; charset=utf-8',
+  fileName: `${spec.dataset.name}.sql`,
+  body: Readable.from(sqlScript(spec), { objectMode: false })
+})

@@ -1,72 +1,246 @@
 import type { Column } from '../dataset-source.js'
 
-// Normalises the values a dataset source may hand us (see ColumnType) into the
-// canonical forms the formats write. Each returns null for NULL.
+// Turns the values a dataset source may hand over (see ColumnType) into one
+// canonical form per logical type, which every format then writes. Each
+// function returns null for NULL and throws a ValueError for a value that the
+// column cannot hold, so no format ever writes a value it cannot load back.
+// Messages never quote the value: it may be confidential.
 
-function pad (n: number, width = 2): string {
-  return String(n).padStart(width, '0')
+export class ValueError extends Error {}
+
+const INT32_MIN = -2147483648
+const INT32_MAX = 2147483647
+const INT64_MIN = -(2n ** 63n)
+const INT64_MAX = 2n ** 63n - 1n
+// 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: the years every
+// target (PostgreSQL, SQLite text, Oracle, ISO 8601 without expansion) shares.
+const MIN_TIME = -62135596800000
+const MAX_TIME = 253402300799999
+
+const INTEGER_TEXT = /^[+-]?[0-9]+$/
+
+/** integer: a 32-bit signed integer, as a number. */
+export function integerValue (value: unknown): number | null {
+  if (value === null || value === undefined) return null
+  let n: number
+  if (typeof value === 'number') n = value
+  else if (typeof value === 'bigint') n = Number(value)
+  else if (typeof value === 'string' && INTEGER_TEXT.test(value)) n = Number(value)
+  else throw new ValueError('an integer column needs an integer')
+  if (!Number.isInteger(n)) throw new ValueError('an integer column needs an integer')
+  if (n < INT32_MIN || n > INT32_MAX) throw new ValueError('integer out of range (32-bit); use a bigint column')
+  return n === 0 ? 0 : n // no -0
 }
 
-/** 'YYYY-MM-DD' (years beyond 9999 or before 0 keep their sign and digits). */
-export function isoDate (value: unknown): string | null {
+/** bigint: a 64-bit signed integer, as canonical decimal text. */
+export function bigintText (value: unknown): string | null {
   if (value === null || value === undefined) return null
-  if (value instanceof Date) {
-    const y = value.getUTCFullYear()
-    const year = y < 0 ? '-' + pad(-y, 6) : y > 9999 ? '+' + pad(y, 6) : pad(y, 4)
-    return `${year}-${pad(value.getUTCMonth() + 1)}-${pad(value.getUTCDate())}`
+  let n: bigint
+  if (typeof value === 'bigint') n = value
+  else if (typeof value === 'number' && Number.isSafeInteger(value)) n = BigInt(value)
+  else if (typeof value === 'string' && INTEGER_TEXT.test(value)) n = BigInt(value)
+  else throw new ValueError('a bigint column needs an integer (bigint, safe-integer number or decimal text)')
+  if (n < INT64_MIN || n > INT64_MAX) throw new ValueError('bigint out of range (64-bit)')
+  return n.toString()
+}
+
+const DECIMAL_TEXT = /^([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?$/
+
+/**
+ * decimal(p,s): exact text with exactly `scale` fraction digits, as
+ * PostgreSQL's numeric(p,s) writes it ('-12.30', '0.00'). A value with more
+ * fraction digits than the scale, or more integer digits than p - s, is
+ * refused rather than rounded.
+ */
+export function decimalText (precision: number, scale: number): (value: unknown) => string | null {
+  const maxIntegerDigits = precision - scale
+  return (value) => {
+    if (value === null || value === undefined) return null
+    let text: string
+    if (typeof value === 'string') text = value.trim()
+    else if (typeof value === 'bigint') text = value.toString()
+    else if (typeof value === 'number' && Number.isFinite(value)) text = String(value)
+    else throw new ValueError('a decimal column needs decimal text or a finite number')
+    const m = DECIMAL_TEXT.exec(text)
+    if (m === null || (m[2] === '' && (m[3] ?? '') === '')) throw new ValueError('a decimal column needs decimal text or a finite number')
+    const exponent = m[4] === undefined ? 0 : Number(m[4])
+    if (Math.abs(exponent) > 1000) throw new ValueError(`decimal does not fit precision ${precision}, scale ${scale}`)
+    let digits = m[2] + (m[3] ?? '')
+    let point = m[2].length + exponent
+    // digits[0, point) is the integer part, the rest the fraction.
+    if (point < 0) { digits = '0'.repeat(-point) + digits; point = 0 }
+    if (point > digits.length) digits += '0'.repeat(point - digits.length)
+    const integer = digits.slice(0, point).replace(/^0+/, '')
+    const fraction = digits.slice(point).replace(/0+$/, '')
+    if (fraction.length > scale) throw new ValueError(`decimal has more than ${scale} fraction digits`)
+    if (integer.length > maxIntegerDigits) throw new ValueError(`decimal does not fit precision ${precision}, scale ${scale}`)
+    const zero = integer === '' && fraction === ''
+    const sign = m[1] === '-' && !zero ? '-' : ''
+    return sign + (integer === '' ? '0' : integer) + (scale > 0 ? '.' + fraction.padEnd(scale, '0') : '')
   }
-  return String(value)
 }
 
-/** ISO 8601 in UTC with milliseconds, as Date#toISOString writes it. */
-export function isoTimestamp (value: unknown): string | null {
+/** float: a finite double; NaN and ±Infinity are NULL (they have no portable form). */
+export function floatValue (value: unknown): number | null {
   if (value === null || value === undefined) return null
-  if (value instanceof Date) return value.toISOString()
-  const parsed = new Date(String(value))
-  return Number.isNaN(parsed.getTime()) ? String(value) : parsed.toISOString()
+  let n: number
+  if (typeof value === 'number') n = value
+  else if (typeof value === 'bigint') n = Number(value)
+  else if (typeof value === 'string' && value.trim() !== '') n = Number(value)
+  else throw new ValueError('a float column needs a number')
+  if (Number.isNaN(n) && typeof value === 'string' && value.trim() !== 'NaN') throw new ValueError('a float column needs a number')
+  if (!Number.isFinite(n)) return null
+  return n === 0 ? 0 : n // -0 has no portable text form
 }
 
-/** Exact decimal text for bigint and decimal columns. */
-export function exactNumber (value: unknown): string | null {
-  if (value === null || value === undefined) return null
-  if (typeof value === 'number' && !Number.isFinite(value)) return null
-  return String(value)
+/** Shortest text that reads back as the same double ('1e+21', '5e-324'). */
+export function floatText (n: number): string {
+  return String(n)
 }
 
-export function finiteFloat (value: unknown): number | null {
-  if (value === null || value === undefined) return null
-  const n = Number(value)
-  return Number.isFinite(n) ? n : null
+/** text / varchar(n): a string of at most `maxLength` characters (code points). */
+export function textValue (maxLength: number | undefined): (value: unknown) => string | null {
+  return (value) => {
+    if (value === null || value === undefined) return null
+    let s: string
+    if (typeof value === 'string') s = value
+    else if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') s = String(value)
+    else throw new ValueError('a text column needs a string')
+    // UTF-16 length bounds the code point count from above: count only when it matters.
+    if (maxLength !== undefined && s.length > maxLength && [...s].length > maxLength) {
+      throw new ValueError(`text longer than ${maxLength} characters`)
+    }
+    return s
+  }
 }
 
+/** boolean: true/false, 1/0, or the text 't', 'f', 'true', 'false', '1', '0'. */
 export function booleanValue (value: unknown): boolean | null {
   if (value === null || value === undefined) return null
-  return value === true || value === 1 || value === '1' || value === 't' || value === 'true'
+  switch (value) {
+    case true: case 1: case 1n: case '1': case 't': case 'true': return true
+    case false: case 0: case 0n: case '0': case 'f': case 'false': return false
+  }
+  throw new ValueError('a boolean column needs true/false or 1/0')
 }
 
+function pad2 (n: number): string {
+  return n < 10 ? '0' + n : String(n)
+}
+
+function daysInMonth (year: number, month: number): number {
+  if (month === 2) return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0 ? 29 : 28
+  return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31
+}
+
+function checkDate (year: number, month: number, day: number): void {
+  if (year < 1 || month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) {
+    throw new ValueError('not a calendar date between years 1 and 9999')
+  }
+}
+
+function timeOf (value: Date): number {
+  const ms = value.getTime()
+  if (Number.isNaN(ms)) throw new ValueError('invalid Date')
+  if (ms < MIN_TIME || ms > MAX_TIME) throw new ValueError('date outside years 1 to 9999')
+  return ms
+}
+
+const DATE_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})$/
+
+/** date: 'YYYY-MM-DD' (a Date gives its UTC date), years 1 to 9999. */
+export function dateText (value: unknown): string | null {
+  if (value === null || value === undefined) return null
+  if (value instanceof Date) {
+    timeOf(value)
+    return value.toISOString().slice(0, 10)
+  }
+  const m = typeof value === 'string' ? DATE_TEXT.exec(value) : null
+  if (m === null) throw new ValueError("a date column needs a Date or 'YYYY-MM-DD' text")
+  checkDate(Number(m[1]), Number(m[2]), Number(m[3]))
+  return value as string
+}
+
+const TIMESTAMP_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,]([0-9]+))?)?)? ?(Z|z|[+-][0-9]{2}(?::?[0-9]{2})?)?$/
+
+/**
+ * timestamp: ISO 8601 'YYYY-MM-DDTHH:MM:SS.fff' with at least millisecond
+ * and at most microsecond digits (PostgreSQL's precision), and a 'Z' when the
+ * column has a time zone. Instants (a Date, or text with an offset) are
+ * written in UTC; text without an offset is taken as it stands (UTC for a
+ * zoned column). Years 1 to 9999.
+ */
+export function timestampText (withTimeZone: boolean): (value: unknown) => string | null {
+  const zone = withTimeZone ? 'Z' : ''
+  return (value) => {
+    if (value === null || value === undefined) return null
+    if (value instanceof Date) {
+      timeOf(value)
+      const iso = value.toISOString()
+      return withTimeZone ? iso : iso.slice(0, -1)
+    }
+    const m = typeof value === 'string' ? TIMESTAMP_TEXT.exec(value) : null
+    if (m === null) throw new ValueError('a timestamp column needs a Date or ISO 8601 text')
+    const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])]
+    const [hour, minute, second] = [Number(m[4] ?? 0), Number(m[5] ?? 0), Number(m[6] ?? 0)]
+    checkDate(year, month, day)
+    if (hour > 23 || minute > 59 || second > 59) throw new ValueError('not a valid time of day')
+    const fraction = (m[7] ?? '').replace(/0+$/, '')
+    if (fraction.length > 6) throw new ValueError('timestamp finer than microseconds')
+    const fractionText = '.' + fraction.padEnd(3, '0')
+    const offset = m[8]
+    if (offset === undefined || offset === 'Z' || offset === 'z' || /^[+-]00:?(00)?$/.test(offset)) {
+      return `${m[1]}-${m[2]}-${m[3]}T${pad2(hour)}:${pad2(minute)}:${pad2(second)}${fractionText}${zone}`
+    }
+    const sign = offset[0] === '-' ? -1 : 1
+    const digits = offset.slice(1).replace(':', '')
+    const offsetMinutes = sign * (Number(digits.slice(0, 2)) * 60 + Number(digits.slice(2) || 0))
+    const at = new Date(0)
+    at.setUTCFullYear(year, month - 1, day)
+    at.setUTCHours(hour, minute - offsetMinutes, second, 0)
+    timeOf(at)
+    return at.toISOString().slice(0, 19) + fractionText + zone
+  }
+}
+
+/** binary: the bytes of a Uint8Array/Buffer or ArrayBuffer; a string stands for its UTF-8 bytes. */
 export function binaryValue (value: unknown): Buffer | null {
   if (value === null || value === undefined) return null
   if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength)
-  return Buffer.from(String(value), 'utf8')
+  if (value instanceof ArrayBuffer) return Buffer.from(value)
+  if (typeof value === 'string') return Buffer.from(value, 'utf8')
+  throw new ValueError('a binary column needs a Uint8Array')
 }
 
-export function textValue (value: unknown): string | null {
+/** json: any JSON value, as JSON text; undefined and null are NULL. */
+export function jsonText (value: unknown): string | null {
   if (value === null || value === undefined) return null
-  return typeof value === 'string' ? value : String(value)
+  const text = JSON.stringify(value)
+  if (text === undefined) throw new ValueError('a json column needs a JSON value')
+  return text
 }
 
-/** The JSON value a column's value becomes in the `json` and `json-zip` formats. */
-export function jsonValueOf (column: Column): (value: unknown) => unknown {
+/**
+ * Every column's value as canonical text (booleans 'true'/'false', binary
+ * base64), or null. CSV writes exactly this; other formats pick from it.
+ */
+export function canonicalText (column: Column): (value: unknown) => string | null {
   switch (column.type) {
-    case 'integer': return (v) => (v === null || v === undefined ? null : Number(v))
-    case 'bigint':
-    case 'decimal': return exactNumber
-    case 'float': return finiteFloat
-    case 'boolean': return booleanValue
-    case 'date': return isoDate
-    case 'timestamp': return isoTimestamp
+    case 'integer': return (v) => { const n = integerValue(v); return n === null ? null : String(n) }
+    case 'bigint': return bigintText
+    case 'decimal': return decimalText(column.precision, column.scale)
+    case 'float': return (v) => { const n = floatValue(v); return n === null ? null : floatText(n) }
+    case 'text': return textValue(column.maxLength)
+    case 'boolean': return (v) => { const b = booleanValue(v); return b === null ? null : String(b) }
+    case 'date': return dateText
+    case 'timestamp': return timestampText(column.withTimeZone === true)
     case 'binary': return (v) => binaryValue(v)?.toString('base64') ?? null
-    case 'json': return (v) => (v === undefined ? null : v)
-    case 'text': return textValue
+    case 'json': return jsonText
   }
+}
+
+/** The error a format raises for a refused value: it names the entity and column. */
+export function columnError (entity: string, column: string, err: unknown): Error {
+  const reason = err instanceof Error ? err.message : String(err)
+  return new ValueError(`Entity "${entity}", column "${column}": ${reason}`)
 }

@@ -1,0 +1,114 @@
+import type { Readable } from 'node:stream'
+import Database from 'better-sqlite3'
+import tar from 'tar-stream'
+import yauzl from 'yauzl'
+
+// Strict readers for what the formats write, used to read downloads back:
+// an RFC 4180 parser that keeps NULL (empty unquoted) apart from "" (empty
+// quoted), a reader for the SQL*Loader .dat files, and zip and tar readers
+// built on yauzl and tar-stream.
+
+export async function collect (body: Readable | AsyncIterable<Buffer | string>): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  for await (const chunk of body) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk)
+  return Buffer.concat(chunks)
+}
+
+/**
+ * Parses delimited text with double-quote enclosures ("" inside for a
+ * quote). An empty unquoted field is null, a quoted one a string. Throws on
+ * anything malformed (a bare quote, text after a closing quote, a record end
+ * other than `recordEnd` outside quotes, a missing final record end).
+ */
+export function parseDelimited (text: string, recordEnd: '\r\n' | '\n'): Array<Array<string | null>> {
+  const records: Array<Array<string | null>> = []
+  let record: Array<string | null> = []
+  let i = 0
+  while (i < text.length) {
+    let field: string | null
+    if (text[i] === '"') {
+      let value = ''
+      i++
+      for (;;) {
+        const q = text.indexOf('"', i)
+        if (q === -1) throw new Error('unterminated quoted field')
+        value += text.slice(i, q)
+        if (text[q + 1] === '"') { value += '"'; i = q + 2 } else { i = q + 1; break }
+      }
+      field = value
+    } else {
+      let end = i
+      while (end < text.length && text[end] !== ',' && text[end] !== '\r' && text[end] !== '\n') {
+        if (text[end] === '"') throw new Error(`bare quote in unquoted field at ${end}`)
+        end++
+      }
+      field = end === i ? null : text.slice(i, end)
+      i = end
+    }
+    record.push(field)
+    if (text[i] === ',') { i++; continue }
+    if (text.startsWith(recordEnd, i)) {
+      records.push(record)
+      record = []
+      i += recordEnd.length
+      continue
+    }
+    throw new Error(`unexpected ${JSON.stringify(text.slice(i, i + 5))} at ${i} (expected , or the record end)`)
+  }
+  if (record.length > 0) throw new Error('last record has no record end')
+  return records
+}
+
+/** RFC 4180: CRLF record ends. */
+export function parseCsv (text: string): Array<Array<string | null>> {
+  return parseDelimited(text, '\r\n')
+}
+
+/** The entries of a zip, in archive order, read with yauzl (ZIP64 included). */
+export function readZip (zip: Buffer): Promise<Map<string, Buffer>> {
+  return new Promise((resolve, reject) => {
+    yauzl.fromBuffer(zip, { lazyEntries: true, strictFileNames: true, validateEntrySizes: true }, (err, file) => {
+      if (err !== null || file === undefined) return reject(err)
+      const entries = new Map<string, Buffer>()
+      file.on('error', reject)
+      file.on('end', () => resolve(entries))
+      file.on('entry', (entry: yauzl.Entry) => {
+        file.openReadStream(entry, (err, stream) => {
+          if (err !== null || stream === undefined) return reject(err)
+          collect(stream).then((data) => { entries.set(entry.fileName, data); file.readEntry() }, reject)
+        })
+      })
+      file.readEntry()
+    })
+  })
+}
+
+/** The entries of a tar, in archive order, read with tar-stream's extract. */
+export async function readTar (archive: Buffer): Promise<Map<string, Buffer>> {
+  const extract = tar.extract()
+  const entries = new Map<string, Buffer>()
+  const done = (async () => {
+    for await (const entry of extract) {
+      const chunks: Buffer[] = []
+      for await (const chunk of entry) chunks.push(chunk as Buffer)
+      const data = Buffer.concat(chunks)
+      if (data.length !== entry.header.size) throw new Error(`tar entry ${entry.header.name}: size mismatch`)
+      entries.set(entry.header.name, data)
+    }
+  })()
+  extract.end(archive)
+  await done
+  return entries
+}
+
+export function readArchive (type: 'zip' | 'tar', data: Buffer): Promise<Map<string, Buffer>> {
+  return type === 'zip' ? readZip(data) : readTar(data)
+}
+
+/** Runs a script in a fresh in-memory SQLite database (64-bit integers as BigInt). */
+export function loadSqlite (script: string): Database.Database {
+  const db = new Database(':memory:')
+  db.defaultSafeIntegers(true)
+  db.exec(script)
+  return db
+}
