@@ -69,7 +69,7 @@ export async function freshSchema (t: Test, url: string): Promise<{ client: pg.C
   await client.query(`SET search_path TO "${schema}"; SET TIME ZONE 'UTC'`)
   t.teardown(async () => {
     try {
-      await client.query(`DROP SCHEMA "${schema}" CASCADE`)
+      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
     } finally {
       await client.end()
     }
