@@ -147,6 +147,19 @@ function isPrefixTaken (err: unknown): boolean {
   return e.code === '23505' && e.constraint === 'api_keys_prefix_key'
 }
 
+/**
+ * An error on the way to the server (refused, reset, timed out) becomes
+ * "PostgreSQL unavailable: <reason>", whose reason never names the host: the
+ * plugin shows it to API clients in the 500. An answer from the server (a
+ * constraint, a cancelled statement) is passed on as it is.
+ */
+function unavailable (err: unknown): unknown {
+  if (err instanceof pg.DatabaseError || !(err instanceof Error)) return err
+  const { code, syscall } = err as NodeJS.ErrnoException
+  const reason = typeof syscall === 'string' && typeof code === 'string' ? code : err.message
+  return new Error(`PostgreSQL unavailable: ${reason}`, { cause: err })
+}
+
 function positiveInteger (name: string, value: number): number {
   if (!Number.isInteger(value) || value < 1) throw new TypeError(`PgStorage: option "${name}" must be a positive integer`)
   return value
@@ -265,7 +278,7 @@ export class PgStorage implements Storage {
 
   private query<R extends pg.QueryResultRow> (on: Queryable, text: string, values: unknown[] = [], name?: string): Promise<pg.QueryResult<R>> {
     const config: TimedQuery = { text, values, name, query_timeout: this.queryTimeout }
-    return on.query<R>(config)
+    return on.query<R>(config).catch((err: unknown) => { throw unavailable(err) })
   }
 
   /**
@@ -309,7 +322,7 @@ export class PgStorage implements Storage {
    * (if given) finds out, from what `work` returned, whether it took effect anyway.
    */
   private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, committed?: (result: T) => Promise<boolean>): Promise<T> {
-    const client = await this.pool.connect()
+    const client = await this.pool.connect().catch((err: unknown) => { throw unavailable(err) })
     // An error on the socket between two queries must not crash the process;
     // the next query fails instead.
     const ignore = (): void => {}
