@@ -100,6 +100,7 @@ export interface Storage {
   /** Adds the batch atomically (`calls = calls + n`); ids that no longer exist are ignored. */
   applyUsage (batch: UsageBatch): Promise<void>
 
+  /** The project's keys, oldest first. */
   listKeys (project: ProjectRef): Promise<ApiKeyRecord[]>
   getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null>
   /** @throws PrefixTakenError */
@@ -110,6 +111,7 @@ export interface Storage {
   /** Deletes a key and its assignments; endpoints stay. */
   deleteKey (project: ProjectRef, keyId: string): Promise<boolean>
 
+  /** The project's endpoints, by model sequence, type, then resource sequence. */
   listEndpoints (project: ProjectRef): Promise<EndpointRecord[]>
   getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null>
   /** Creates the endpoint or replaces its keys, all or nothing. */
