@@ -9,6 +9,7 @@ import {
   BadRequestError, DatasetNotFoundError, IdempotencyInProgressError, PipelineNotFoundError
 } from './errors.js'
 import { redactUrl } from './log-redaction.js'
+import { datasetRoute, documentationOnly, pipelineRoute } from './openapi.js'
 import type { Pipeline } from './pipeline-runner.js'
 
 /** Relative to the /api prefix the plugin registers it under. */
@@ -97,11 +98,23 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
     }
   }
 
-  app.all(DATA_ROUTE, { onRequest: authenticateHook(ctx) }, async function dataEndpoint (request, reply) {
+  async function dataEndpoint (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
     const call = request.dataEndpointCall as AuthenticatedCall
     if (call.locator.type === 'pipeline') return runPipeline(request, reply, call)
     const dataset = await options.datasets.getDataset(refOf(call))
     if (dataset === null) throw new DatasetNotFoundError()
     return sendDataset(request, reply, dataset)
-  })
+  }
+
+  // Every method on DATA_ROUTE goes through the same key hook and handler, as
+  // with `app.all`; GET and POST are routes of their own only to carry their
+  // OpenAPI schemas, which never validate (the hook answers in DESIGN.md §2
+  // order). The other methods, HEAD included, come first, so GET gets no
+  // second HEAD route.
+  documentationOnly(app)
+  const onRequest = authenticateHook(ctx)
+  const otherMethods = app.supportedMethods.filter((m) => m !== 'GET' && m !== 'POST')
+  app.route({ method: otherMethods, url: DATA_ROUTE, onRequest, schema: { hide: true }, handler: dataEndpoint })
+  app.route({ method: 'GET', url: DATA_ROUTE, onRequest, exposeHeadRoute: false, ...datasetRoute, handler: dataEndpoint })
+  app.route({ method: 'POST', url: DATA_ROUTE, onRequest, ...pipelineRoute, handler: dataEndpoint })
 }

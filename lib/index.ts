@@ -1,3 +1,4 @@
+import fastifySwagger from '@fastify/swagger'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { PluginContext } from './context.js'
@@ -10,6 +11,8 @@ import { bcryptHasher } from './key-hasher.js'
 import { KeyVerifier } from './key-verifier.js'
 import { redactingChildLogger } from './log-redaction.js'
 import { managementRoutes } from './management-routes.js'
+import { managementUi } from './management-ui.js'
+import { openapiRoute, swaggerOptions } from './openapi.js'
 import { resolveOptions, type DataEndpointsOptions } from './options.js'
 import type { Storage } from './storage.js'
 import { UsageRecorder } from './usage-recorder.js'
@@ -62,22 +65,30 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
 
   // Each group of routes sits in its own encapsulated context: the key hook,
   // error handler and validator never touch the host's other routes.
-  await app.register(async function apiRoutes (api) {
-    // Every request logger under /api, the 404s' included, logs the URL with
-    // api_key redacted, whatever serializers the host's logger has.
-    if (logs) api.setChildLoggerFactory(redactingChildLogger)
-    // Fastify's own 404 echoes the URL, and with it any ?api_key=; answer
-    // misses under /api in the spec's format instead (option to turn off).
-    if (options.apiNotFoundHandler) {
-      api.setNotFoundHandler((request, reply) => sendError(new NotFoundError(), request, reply))
-    }
-    await api.register(dataRoutes, { ctx })
-    await api.register(jobRoute, { ctx })
-  }, { prefix: '/api' })
-  await app.register(async function management (scope) {
-    if (logs) scope.setChildLoggerFactory(redactingChildLogger)
-    await scope.register(managementRoutes, { ctx })
-  }, { prefix: options.managementPrefix })
+  await app.register(async function dataEndpointsRoutes (routes) {
+    // Our own @fastify/swagger, in our own context: it sees the routes
+    // registered below it (ours) and never the host's; a host's swagger is
+    // left alone.
+    await routes.register(fastifySwagger, swaggerOptions(options))
+    await routes.register(async function apiRoutes (api) {
+      // Every request logger under /api, the 404s' included, logs the URL with
+      // api_key redacted, whatever serializers the host's logger has.
+      if (logs) api.setChildLoggerFactory(redactingChildLogger)
+      // Fastify's own 404 echoes the URL, and with it any ?api_key=; answer
+      // misses under /api in the spec's format instead (option to turn off).
+      if (options.apiNotFoundHandler) {
+        api.setNotFoundHandler((request, reply) => sendError(new NotFoundError(), request, reply))
+      }
+      await api.register(dataRoutes, { ctx })
+      await api.register(jobRoute, { ctx })
+    }, { prefix: '/api' })
+    await routes.register(async function management (scope) {
+      if (logs) scope.setChildLoggerFactory(redactingChildLogger)
+      await scope.register(managementRoutes, { ctx })
+      await scope.register(openapiRoute, { ctx })
+      if (options.managementUi) await scope.register(managementUi, { prefix: '/ui' })
+    }, { prefix: options.managementPrefix })
+  })
 }
 
 export default fp(dataEndpoints, { fastify: '5.x', name: 'fastify-data-endpoints' })

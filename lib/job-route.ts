@@ -3,6 +3,7 @@ import { redactKeys } from './api-key.js'
 import type { PluginContext } from './context.js'
 import { sendError, withDetails } from './error-reply.js'
 import { InvalidJobIdError, JobDatasetGoneError, JobNotAvailableError } from './errors.js'
+import { documentationOnly, jobRouteSchema } from './openapi.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
@@ -14,8 +15,10 @@ function iso (value: Date | string): string {
 export async function jobRoute (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
   const { jobs } = ctx.options
   app.setErrorHandler(sendError)
+  // The schema documents the route; the handler answers bad ids itself (§7.3).
+  documentationOnly(app)
 
-  app.get<{ Params: { jobId: string } }>('/job/:jobId', async (request) => {
+  app.get<{ Params: { jobId: string } }>('/job/:jobId', { schema: jobRouteSchema }, async (request) => {
     const { jobId } = request.params
     if (!UUID.test(jobId)) throw withDetails(new InvalidJobIdError(), { body: { id: redactKeys(jobId) } })
     const id = jobId.toLowerCase()

@@ -9,7 +9,7 @@ import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, KeyNotFoundError,
   ManagementNotAuthorizedError, PipelineNotFoundError
 } from './errors.js'
-import { MANAGE_API_KEYS } from './options.js'
+import { MANAGE_API_KEYS, type ResolvedOptions } from './options.js'
 import {
   ApiKey, ApiKeyWithValue, CreateKeyBody, Endpoint, EndpointParams, ErrorBody, KeyParams, ProjectParams,
   PutEndpointBody, UpdateKeyBody, type ApiKeyBody, type EndpointBody
@@ -53,6 +53,14 @@ function locatorOf (params: Static<typeof EndpointParams>): EndpointLocator {
   return { ...params, modelSequence: Number(params.modelSequence), resourceSequence: Number(params.resourceSequence) }
 }
 
+/** Throws 403 `Not authorized` unless the host grants the caller `ManageAPIKeys`. */
+export async function requireManageApiKeys (options: Pick<ResolvedOptions, 'getPermissions'>, request: FastifyRequest): Promise<void> {
+  for (const permission of await options.getPermissions(request)) {
+    if (permission === MANAGE_API_KEYS) return
+  }
+  throw new ManagementNotAuthorizedError()
+}
+
 const errors = (...codes: number[]): Record<number, typeof ErrorBody> =>
   Object.fromEntries(codes.map((c) => [c, ErrorBody]))
 
@@ -67,13 +75,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   app.setErrorHandler(sendError)
   await app.register(fastifyAuth)
 
-  async function requireManageApiKeys (request: FastifyRequest): Promise<void> {
-    for (const permission of await options.getPermissions(request)) {
-      if (permission === MANAGE_API_KEYS) return
-    }
-    throw new ManagementNotAuthorizedError()
-  }
-  app.addHook('onRequest', app.auth([requireManageApiKeys]))
+  app.addHook('onRequest', app.auth([async (request) => requireManageApiKeys(options, request)]))
   app.addHook('onSend', async (request, reply, payload) => {
     reply.header('cache-control', 'no-store')
     return payload

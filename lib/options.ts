@@ -48,6 +48,12 @@ export interface DataEndpointsOptions {
    * Turn off if the host sets its own not-found handler for the /api prefix.
    */
   apiNotFoundHandler?: boolean
+  /**
+   * serve the management web page at `<managementPrefix>/ui/`; default true.
+   * The page holds no data: every call it makes goes to the management API,
+   * which needs `ManageAPIKeys` through `getPermissions`.
+   */
+  managementUi?: boolean
 }
 
 export const DEFAULTS = {
@@ -61,7 +67,8 @@ export const DEFAULTS = {
   failureThrottle: { maxFailures: 50, windowMs: 60_000 },
   idempotencyTtl: 24 * 60 * 60 * 1000,
   closeStorage: true,
-  apiNotFoundHandler: true
+  apiNotFoundHandler: true,
+  managementUi: true
 } as const
 
 export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle'>> & {
@@ -112,7 +119,7 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   if (o.managementPrefix === '/api' || o.managementPrefix.startsWith('/api/')) {
     fail('option "managementPrefix" must not lie under "/api", where the data routes are')
   }
-  for (const name of ['requireHttps', 'closeStorage', 'apiNotFoundHandler'] as const) {
+  for (const name of ['requireHttps', 'closeStorage', 'apiNotFoundHandler', 'managementUi'] as const) {
     if (typeof o[name] !== 'boolean') fail(`option "${name}" must be a boolean`)
   }
   positiveInteger('bcryptCost', o.bcryptCost, 4, 31)

@@ -8,7 +8,8 @@ export const ErrorBody = Type.Object({ message: Type.String() })
 const Moniker = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._~-]{0,99}$', description: 'moniker' })
 // Sequences in paths: positive integers written plainly (no sign, exponent or
 // leading zero), the same rule as the data routes.
-const Sequence = Type.String({ pattern: '^[1-9][0-9]{0,15}$', description: 'positive integer' })
+const SEQUENCE_PATTERN = '^[1-9][0-9]{0,15}$'
+const Sequence = Type.String({ pattern: SEQUENCE_PATTERN, description: 'positive integer' })
 const Purpose = Type.String({ minLength: 1, maxLength: 200 })
 
 export const ProjectParams = Type.Object({
@@ -79,3 +80,116 @@ export const Endpoint = Type.Object({
 
 export type ApiKeyBody = Static<typeof ApiKey>
 export type EndpointBody = Static<typeof Endpoint>
+
+// Schemas of the data and job routes. They only document those routes (the
+// OpenAPI document): the key hook checks requests in the order of DESIGN.md
+// §2, so these routes never validate or serialise with them (see
+// `documentationOnly` in openapi.ts).
+
+const errorBody = (description: string): typeof ErrorBody =>
+  Type.Object({ message: Type.String() }, { description })
+
+export const DataRouteParams = Type.Object({
+  organization: Type.String({ description: 'moniker of the organization' }),
+  project: Type.String({ description: 'moniker of the project' }),
+  modelSequence: Type.String({ pattern: SEQUENCE_PATTERN, description: 'sequence number of the model (positive integer)' }),
+  resourceSequence: Type.String({ pattern: SEQUENCE_PATTERN, description: 'sequence number of the dataset or pipeline (positive integer)' })
+})
+
+export const DatasetQuery = Type.Object({
+  format: Type.Optional(Type.Enum(['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'], {
+    type: 'string', default: 'sql', description: 'download format; another value answers 500 Unknown download format'
+  })),
+  entity: Type.Optional(Type.String({ description: 'only this entity (table); default all entities' })),
+  meta: Type.Optional(Type.Enum(['entities', 'ddl'], {
+    type: 'string',
+    description: '`entities`: a JSON array of the entity names; `ddl`: the schema DDL (Oracle for format=oracle-loader)'
+  })),
+  archiveType: Type.Optional(Type.Enum(['zip', 'tar'], {
+    type: 'string',
+    default: 'zip', description: 'archive of csv-zip, json-zip and oracle-loader'
+  })),
+  limit: Type.Optional(Type.Integer({ minimum: 0, description: 'at most this many records per entity' }))
+})
+
+export const PipelineHeaders = Type.Object({
+  'idempotency-key': Type.Optional(Type.String({
+    minLength: 1,
+    maxLength: 255,
+    description: 'the same value on the same endpoint within 24 hours returns the first call\'s body (header Idempotent-Replayed: true) and starts nothing'
+  }))
+})
+
+const AllowHeader = { allow: Type.String({ description: 'the one method the endpoint accepts' }) }
+const RetryAfterHeader = { 'retry-after': Type.String({ description: 'seconds to wait' }) }
+
+const Refused = Type.Object({ message: Type.String() }, {
+  description: '`Not authorized` (no key), `Unknown API Endpoint`, `Unknown API key`, `Disabled API key`, or `HTTPS required` (plain HTTP from a non-loopback address)'
+})
+const WrongMethod = Type.Object({ message: Type.String() }, {
+  description: '`Endpoint or method not allowed`: GET on a pipeline, POST on a dataset, or another method',
+  headers: AllowHeader
+})
+const TooMany = Type.Object({ message: Type.String() }, {
+  description: 'too many failed authentications from this address, or too many key verifications waiting',
+  headers: RetryAfterHeader
+})
+
+export const DatasetResponses = {
+  200: {
+    description: 'the dataset in the chosen format (an attachment); `meta=entities` answers a JSON array, `meta=ddl` plain text',
+    headers: { 'content-disposition': Type.String({ description: 'attachment with a file name from the dataset' }) },
+    content: {
+      'application/sql': { schema: Type.String({ description: 'format=sql: a script that creates the tables and inserts the rows in one transaction' }) },
+      'application/json': { schema: Type.Unknown({ description: 'format=json: one object keyed by entity name, each an array of row objects; meta=entities: an array of names' }) },
+      'application/zip': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=zip' }) },
+      'application/x-tar': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=tar' }) },
+      'text/plain': { schema: Type.String({ description: 'meta=ddl' }) }
+    }
+  },
+  400: errorBody('`archiveType`, `meta`, `limit` or `entity` is invalid; the message names the parameter'),
+  403: Refused,
+  404: errorBody('`Not found` (a sequence that is not a positive integer) or `Dataset not found`'),
+  405: WrongMethod,
+  429: TooMany,
+  500: errorBody('`Unknown download format <value>, supported formats = json|sql|csv-zip|json-zip|oracle-loader`, or the server\'s message')
+}
+
+export const JobReference = Type.Object({
+  job_id: Type.String({ format: 'uuid' }),
+  job_url: Type.String({ description: '<base_url>/api/job/<job_id>' })
+}, { description: 'the run started; its job reference' })
+
+export const PipelineResponses = {
+  200: JobReference,
+  400: errorBody('`Idempotency-Key` is not 1 to 255 visible ASCII characters'),
+  403: Refused,
+  404: errorBody('`Not found` (a sequence that is not a positive integer) or `Pipeline not found`'),
+  405: WrongMethod,
+  409: errorBody('a call with this `Idempotency-Key` is still in progress'),
+  429: TooMany,
+  500: errorBody('the server\'s message; check the job status before retrying')
+}
+
+export const JobParams = Type.Object({
+  jobId: Type.String({ description: 'the job_id a pipeline call returned (a UUID)' })
+})
+
+export const JobStatus = Type.Object({
+  job_id: Type.String({ format: 'uuid' }),
+  type: Type.Enum(['pipeline', 'dump'], { type: 'string' }),
+  status: Type.Enum(['queued', 'running', 'succeeded', 'failed'], { type: 'string' }),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+  error: Type.Optional(Type.String({ description: 'why a failed job failed' }))
+}, { description: 'the job\'s status' })
+
+export const JobResponses = {
+  200: JobStatus,
+  404: Type.Object({
+    message: Type.String(),
+    id: Type.Optional(Type.String({ description: 'with `Invalid job id`: the id given' })),
+    job: Type.Optional(Type.String({ description: 'with `Job is not available or has been deleted`: the job id' }))
+  }, { description: '`Invalid job id` (with `id`), `Job is not available or has been deleted` (with `job`), or `Dataset is not available or has been deleted` (a dump job whose dataset is gone)' }),
+  500: errorBody('the server\'s message')
+}
