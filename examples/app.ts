@@ -1,16 +1,21 @@
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import Fastify, { type FastifyInstance } from 'fastify'
-import dataEndpoints, { redactingRequestSerializer, SqliteStorage, type Storage } from '../lib/index.js'
+import dataEndpoints, { PgStorage, redactingRequestSerializer, SqliteStorage, type Storage } from '../lib/index.js'
 import { adminTokenPermissions } from './admin-auth.js'
 import type { ExampleConfig } from './config.js'
 import { SampleJobs } from './jobs.js'
 import { openExampleDatabase, SampleDatasets, seedSampleData } from './sample-datasets.js'
 
-export type AppConfig = Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'eventsRows' | 'logLevel'>
+export type AppConfig = Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'eventsRows' | 'logLevel'> &
+  Partial<Pick<ExampleConfig, 'databaseUrl' | 'databaseSchema'>>
 
 /** The plugin's storage: keys, endpoints and counters. */
-export function openStorage (config: Pick<ExampleConfig, 'dataDir'>): Storage {
+export function openStorage (config: Pick<ExampleConfig, 'dataDir' | 'databaseUrl' | 'databaseSchema'>): Storage {
+  // Several instances share one PostgreSQL database; one machine needs only SQLite.
+  if (config.databaseUrl !== undefined) {
+    return new PgStorage({ connectionString: config.databaseUrl, schema: config.databaseSchema })
+  }
   return new SqliteStorage({ filename: join(config.dataDir, 'data-endpoints.db') })
 }
 

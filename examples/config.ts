@@ -7,6 +7,10 @@ export interface ExampleConfig {
   port: number
   /** where the SQLite files live; created when missing */
   dataDir: string
+  /** PostgreSQL for the plugin's storage instead of SQLite, when set */
+  databaseUrl?: string
+  /** the PostgreSQL schema of the plugin's tables; default data_endpoints */
+  databaseSchema?: string
   /** the bearer token that grants ManageAPIKeys */
   adminToken: string
   /** true when adminToken was made up at start (then it is printed) */
@@ -36,6 +40,8 @@ export function readConfig (env: NodeJS.ProcessEnv): ExampleConfig {
   return {
     port: integerFrom('PORT', env.PORT ?? '3000', 0, 65535),
     dataDir: env.DATA_DIR ?? './.data',
+    databaseUrl: env.DATABASE_URL === '' ? undefined : env.DATABASE_URL,
+    databaseSchema: env.DATABASE_SCHEMA === '' ? undefined : env.DATABASE_SCHEMA,
     // An empty ADMIN_TOKEN counts as unset: an empty bearer token would be no protection.
     adminToken: adminToken !== '' ? adminToken : randomBytes(24).toString('base64url'),
     adminTokenGenerated: adminToken === '',

@@ -13,6 +13,7 @@ import { readConfig } from '../examples/config.js'
 import { createDemoKey } from '../examples/demo-key.js'
 import { INTERRUPTED, SampleJobs } from '../examples/jobs.js'
 import { openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData } from '../examples/sample-datasets.js'
+import { freshSchema, pgAvailable } from './pg.js'
 
 // The example server (DESIGN.md §5), run as `npm start` runs it: a real
 // process on a real port, driven by the curl lines it prints.
@@ -394,4 +395,21 @@ t.test('buildExampleApp in process: close stops running jobs, restart keeps data
   t.match(job.json(), { job_id: jobId, status: 'failed', error: INTERRUPTED }, 'the run cut short by close is failed')
   const keys = await reopened.inject({ method: 'GET', url: '/api-keys/acme/shop/keys', headers: { authorization: 'Bearer in-process' } })
   t.same(keys.json<Array<{ prefix: string }>>().map((k) => k.prefix), [demo.prefix], 'the key is kept')
+})
+
+t.test('with DATABASE_URL the example keeps keys and counters in PostgreSQL', async (t) => {
+  const url = await pgAvailable(t)
+  if (url === null) return
+  const { client, schema } = await freshSchema(t, url)
+  const config = { dataDir: tempDir(t), adminToken: 'pg-admin', eventsRows: 10, logLevel: 'silent', databaseUrl: url, databaseSchema: schema }
+  const app = await buildExampleApp(config)
+  const demo = await createDemoKey(app, config.adminToken)
+  if (demo === null) throw new Error('no demo key on empty storage')
+  const res = await app.inject({ url: '/api/acme/shop/model/1/dataset/1?format=json', headers: { authorization: `Bearer ${demo.key}` } })
+  t.equal(res.statusCode, 200)
+  await app.close()
+  const stored = await client.query(`SELECT e.calls, k.prefix FROM "${schema}".endpoints e
+    JOIN "${schema}".endpoint_keys ek ON ek.endpoint_id = e.id JOIN "${schema}".api_keys k ON k.id = ek.key_id
+    WHERE e.type = 'dataset'`)
+  t.same(stored.rows.map((r) => [Number(r.calls), r.prefix]), [[1, demo.prefix]], 'the key and its call are in PostgreSQL')
 })

@@ -1,4 +1,5 @@
 import { Writable } from 'node:stream'
+import type { InjectOptions } from 'fastify'
 import t from 'tap'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from './helper.js'
 
@@ -25,7 +26,7 @@ t.test('no key in any log line at trace level, whatever the request', async (t) 
   await assignKeys(app, 'pipeline', [k.id])
   const secrets = [k.key, disabled.key]
 
-  const requests: Array<Parameters<typeof app.inject>[0]> = [
+  const requests: InjectOptions[] = [
     { url: `${DATASET_URL}?format=json&api_key=${k.key}` },
     { url: `${DATASET_URL}?api_key=${k.key}&format=xml` },
     { url: DATASET_URL, headers: { authorization: `Bearer ${k.key}` }, query: { format: 'json' } },
