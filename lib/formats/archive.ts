@@ -143,17 +143,19 @@ export function tarArchive (entries: readonly ArchiveEntry[], options: TarOption
   }
 
   async function run (): Promise<void> {
+    let failure: Error | null = null
     try {
       for (const entry of entries) {
-        if (pack.destroyed) return
+        if (pack.destroyed) break
         await writeEntry(entry)
       }
-      pack.finalize()
     } catch (err) {
-      pack.destroy(err as Error)
-    } finally {
-      if (directory !== null) await rm(await directory, { recursive: true, force: true }).catch(() => {})
+      failure = err as Error
     }
+    // Clean up before the reader sees the end, so nothing outlives the download.
+    if (directory !== null) await rm(await directory, { recursive: true, force: true }).catch(() => {})
+    if (failure !== null) pack.destroy(failure)
+    else if (!pack.destroyed) pack.finalize()
   }
 
   void run()

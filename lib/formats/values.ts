@@ -6,7 +6,9 @@ import type { Column } from '../dataset-source.js'
 // column cannot hold, so no format ever writes a value it cannot load back.
 // Messages never quote the value: it may be confidential.
 
-export class ValueError extends Error {}
+export class ValueError extends Error {
+  override name = 'ValueError'
+}
 
 const INT32_MIN = -2147483648
 const INT32_MAX = 2147483647
