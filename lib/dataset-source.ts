@@ -11,13 +11,20 @@ export interface ResourceRef {
 
 /**
  * Logical column types. Each format maps them to its own representation
- * (README, "Formats"). The value a row may hold for each type:
- * - integer: number (safe integer); bigint: bigint, number or decimal string
- * - decimal: string (exact) or number; float: number (NaN and ±Infinity are written as NULL)
- * - text: string; boolean: boolean, or 0/1
- * - date: 'YYYY-MM-DD' string or Date (its UTC date)
- * - timestamp: Date or ISO 8601 string
- * - binary: Uint8Array (Buffer); json: any JSON value
+ * (README, "Formats"). The values a row may hold for each type; a value the
+ * column cannot hold fails the download with a message naming the column:
+ * - integer: a 32-bit integer (number, bigint or digit text); larger: bigint
+ * - bigint: a 64-bit integer: bigint, safe-integer number or digit text
+ * - decimal(p,s): decimal text (exact) or a number; at most s fraction and
+ *   p - s integer digits (refused, never rounded); written with s digits
+ * - float: number (NaN and ±Infinity are written as NULL)
+ * - text (maxLength: varchar(n), n in characters): string
+ * - boolean: boolean, 0/1, or 't'/'f'/'true'/'false'/'1'/'0'
+ * - date: 'YYYY-MM-DD' text or a Date (its UTC date)
+ * - timestamp: a Date or ISO 8601 text, to the microsecond; written in UTC
+ *   (text without an offset is taken as it stands)
+ * - binary: Uint8Array (Buffer) or ArrayBuffer; json: any JSON value
+ * - dates and timestamps: years 1 to 9999
  * - any type: null or undefined for NULL
  */
 export type ColumnType =
@@ -33,8 +40,9 @@ export type ColumnType =
   | { type: 'json' }
 
 export type Column = ColumnType & {
+  /** unique in its entity, case-insensitively; not empty */
   name: string
-  /** defaults to true */
+  /** defaults to true (primary-key columns are NOT NULL regardless) */
   nullable?: boolean
   primaryKey?: boolean
 }
