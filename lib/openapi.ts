@@ -38,7 +38,14 @@ export function documentationOnly (app: FastifyInstance): void {
  */
 function dataRouteConfig (type: 'dataset' | 'pipeline'): FastifyContextConfig {
   return {
-    swaggerTransform: ({ schema, url }) => ({ schema, url: url.replace('/:type/', `/${type}/`) })
+    swaggerTransform: ({ schema, url, ...document }) => {
+      // A host's own @fastify/swagger sees these routes too, and fails on a
+      // security scheme its document does not define: name ours only where
+      // they are defined.
+      const schemes = 'openapiObject' in document ? document.openapiObject.components?.securitySchemes : undefined
+      const security = schemes?.apiKeyQuery !== undefined && schemes?.bearerAuth !== undefined ? KEY_SECURITY : undefined
+      return { schema: { ...schema, security }, url: url.replace('/:type/', `/${type}/`) }
+    }
   }
 }
 
@@ -49,7 +56,6 @@ export const datasetRoute = {
     summary: 'Download a dataset',
     description: 'Needs an API key assigned to the endpoint: the query parameter `api_key` (wins when both are sent) or ' +
       '`Authorization: Bearer <key>`. Over plain HTTP from a non-loopback address: 403 `HTTPS required`.',
-    security: KEY_SECURITY,
     params: DataRouteParams,
     querystring: DatasetQuery,
     response: DatasetResponses
@@ -63,7 +69,6 @@ export const pipelineRoute = {
     summary: 'Start a pipeline run',
     description: 'Needs an API key assigned to the endpoint, as for datasets. Each call starts a run: check the job ' +
       'status before retrying, or send an `Idempotency-Key`.',
-    security: KEY_SECURITY,
     params: DataRouteParams,
     headers: PipelineHeaders,
     response: PipelineResponses

@@ -42,7 +42,7 @@ async function call (method, path, body) {
   return data
 }
 
-/** Creates an element; `props` are DOM properties (textContent, never innerHTML). */
+/** Creates an element; `props` are DOM properties such as textContent (never markup). */
 function el (tag, { attrs = {}, ...props } = {}, ...children) {
   const node = Object.assign(document.createElement(tag), props)
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value)
@@ -56,11 +56,11 @@ function el (tag, { attrs = {}, ...props } = {}, ...children) {
  * section's heading takes the focus, so the next Tab starts there.
  */
 function replaceRows (table, rows, heading) {
-  const focused = document.activeElement?.dataset?.focus
   const hadFocus = table.contains(document.activeElement)
+  const focused = hadFocus ? document.activeElement.dataset.focus : undefined
   table.tBodies[0].replaceChildren(...rows)
   table.hidden = rows.length === 0
-  if (focused === undefined && !hadFocus) return
+  if (!hadFocus) return
   const same = focused === undefined ? null : table.querySelector(`[data-focus="${CSS.escape(focused)}"]`)
   ;(same ?? heading).focus()
 }
@@ -209,6 +209,7 @@ async function regenerateKey (key) {
   await attempt('Could not regenerate the key', async () => {
     const renewed = await call('POST', `keys/${encodeURIComponent(key.id)}/regenerate`)
     await load()
+    setStatus(`Key ${renewed.prefix} regenerated; its old value no longer works.`)
     showKeyValue(`New value of key ${renewed.prefix}`, renewed.key)
   })
 }
@@ -231,6 +232,7 @@ $('#create-key-form').addEventListener('submit', async (event) => {
     const created = await call('POST', 'keys', { purpose: form.elements.purpose.value })
     form.reset()
     await load()
+    setStatus(`Key ${created.prefix} created.`)
     showKeyValue(`New API key ${created.prefix}`, created.key)
   })
 })
