@@ -1,7 +1,9 @@
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import Fastify, { type FastifyInstance } from 'fastify'
-import dataEndpoints, { PgStorage, redactingRequestSerializer, SqliteStorage, type Storage } from '../lib/index.js'
+import dataEndpoints, {
+  frameworkErrorReply, PgStorage, redactingRequestSerializer, SqliteStorage, type Storage
+} from '../lib/index.js'
 import { adminTokenPermissions } from './admin-auth.js'
 import type { ExampleConfig } from './config.js'
 import { SampleJobs } from './jobs.js'
@@ -55,8 +57,13 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
       level: config.logLevel,
       // Request lines show the URL with api_key redacted and no headers.
       // (Fastify types this serializer with the raw request; it is given Fastify's.)
-      serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> }
-    }
+      serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> },
+      // At trace level Fastify logs a request Node could not parse with its
+      // raw bytes, key included.
+      redact: { paths: ['err.rawPacket'], remove: true }
+    },
+    // A malformed URL or an over-long path parameter: answered without quoting the URL.
+    frameworkErrors: frameworkErrorReply
   })
   app.addHook('onClose', async () => closeExample())
 

@@ -84,6 +84,11 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     }, { prefix: '/api' })
     await routes.register(async function management (scope) {
       if (logs) scope.setChildLoggerFactory(redactingChildLogger)
+      // The same for misses under the management prefix: Fastify's 404 would
+      // echo and log the URL there too.
+      if (options.apiNotFoundHandler) {
+        scope.setNotFoundHandler((request, reply) => sendError(new NotFoundError(), request, reply))
+      }
       await scope.register(managementRoutes, { ctx })
       await scope.register(openapiRoute, { ctx })
       if (options.managementUi) await scope.register(managementUi, { prefix: '/ui' })
@@ -106,4 +111,5 @@ export { bcryptHasher } from './key-hasher.js'
 export { SqliteStorage, type SqliteStorageOptions } from './sqlite-storage.js'
 export { PgStorage, type PgStorageOptions } from './pg-storage.js'
 export { redactingRequestSerializer, redactUrl } from './log-redaction.js'
+export { frameworkErrorReply } from './framework-errors.js'
 export * as errors from './errors.js'

@@ -1,11 +1,40 @@
 import type { FastifyBaseLogger, FastifyRequest, FastifyServerOptions } from 'fastify'
 import { redactKeys } from './api-key.js'
 
-const API_KEY_PARAM = /([?&]api_key=)[^&#]*/gi
+// A run of URL characters and %XX escapes: a key may arrive with any of its
+// characters percent-encoded (Fastify decodes the query and path before use).
+const URL_RUN = /(?:[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2})+/g
+const ESCAPE = /%([0-9A-Fa-f]{2})/g
 
-/** A URL with the value of every `api_key` parameter replaced, and key-shaped text masked. */
+/** Percent-decoded up to three times (double encoding included), byte by byte. */
+function percentDecoded (text: string): string {
+  let out = text
+  for (let i = 0; i < 3 && out.includes('%'); i++) {
+    out = out.replace(ESCAPE, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)))
+  }
+  return out
+}
+
+/** `api_key=<value>` with the value replaced, whatever the case or encoding of the name. */
+function redactApiKeyParam (pair: string): string {
+  const eq = pair.indexOf('=')
+  if (eq < 0 || percentDecoded(pair.slice(0, eq)).toLowerCase() !== 'api_key') return pair
+  return `${pair.slice(0, eq)}=[redacted]`
+}
+
+/**
+ * A URL with the value of every `api_key` parameter replaced, and every key
+ * masked wherever it sits, plain or percent-encoded.
+ */
 export function redactUrl (url: string): string {
-  return redactKeys(url.replace(API_KEY_PARAM, '$1[redacted]'))
+  const q = url.indexOf('?')
+  const redacted = q < 0 ? url : url.slice(0, q + 1) + url.slice(q + 1).split('&').map(redactApiKeyParam).join('&')
+  const decodedKeysMasked = redacted.replace(URL_RUN, (run) => {
+    if (!run.includes('%')) return run
+    const decoded = percentDecoded(run)
+    return redactKeys(decoded) === decoded ? run : '[redacted]'
+  })
+  return redactKeys(decodedKeysMasked)
 }
 
 /**
@@ -18,7 +47,8 @@ export function redactingRequestSerializer (request: FastifyRequest): Record<str
   return {
     method: request.method,
     url: redactUrl(request.url),
-    host: request.host,
+    // The Host header is the client's to write, a key included.
+    host: redactUrl(request.host),
     remoteAddress: request.ip,
     remotePort: request.socket?.remotePort
   }

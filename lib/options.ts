@@ -43,9 +43,10 @@ export interface DataEndpointsOptions {
   /** close the storage when Fastify closes; default true */
   closeStorage?: boolean
   /**
-   * answer requests under /api that match no route with 404 `{"message":"Not found"}`
-   * (Fastify's default 404 echoes the URL, api_key included); default true.
-   * Turn off if the host sets its own not-found handler for the /api prefix.
+   * answer requests under /api and the management prefix that match no route
+   * with 404 `{"message":"Not found"}` (Fastify's default 404 echoes and logs
+   * the URL, api_key included); default true. Turn off if the host sets its
+   * own not-found handler for those prefixes.
    */
   apiNotFoundHandler?: boolean
   /**
