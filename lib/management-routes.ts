@@ -73,6 +73,10 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
 
   app.setValidatorCompiler(TypeBoxValidatorCompiler)
   app.setErrorHandler(sendError)
+  // JSON only. A cross-site HTML form can post text/plain without a CORS
+  // preflight, with the victim's cookies: without this parser such a post
+  // (say, to regenerate a key) is refused with 415 before any handler runs.
+  app.removeContentTypeParser('text/plain')
   await app.register(fastifyAuth)
 
   app.addHook('onRequest', app.auth([async (request) => requireManageApiKeys(options, request)]))

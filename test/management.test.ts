@@ -248,3 +248,19 @@ t.test('managementPrefix moves the routes', async (t) => {
   t.equal((await app.inject({ url: '/admin/keys/acme/shop/keys', headers: ADMIN })).statusCode, 200)
   t.equal((await app.inject({ url: '/api-keys/acme/shop/keys', headers: ADMIN })).statusCode, 404)
 })
+
+t.test('a cross-site form post cannot reach a handler: only JSON bodies are read', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+    const res = await app.inject({ method: 'POST', url: `${P}/keys/${k.id}/regenerate`, headers: { ...ADMIN, 'content-type': type }, payload: '' })
+    t.equal(res.statusCode, 415, type)
+    t.type(res.json().message, 'string')
+  }
+  const plain = await app.inject({ method: 'POST', url: `${P}/keys`, headers: { ...ADMIN, 'content-type': 'text/plain' }, payload: '{"purpose":"csrf"}' })
+  t.equal(plain.statusCode, 415)
+  const keys = (await app.inject({ url: `${P}/keys`, headers: ADMIN })).json()
+  t.same(keys.map((x: { prefix: string }) => x.prefix), [k.prefix], 'nothing created, nothing regenerated')
+  const ok = await app.inject({ method: 'POST', url: `${P}/keys/${k.id}/regenerate`, headers: ADMIN })
+  t.equal(ok.statusCode, 200, 'a body-less POST without content type still works')
+})
