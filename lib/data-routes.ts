@@ -43,13 +43,26 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   // status, message and the key prefix, never the key. Without a logger the
   // hook is not added at all: the line would cost a regex per request.
   if (ctx.logs) {
-    app.addHook('onResponse', async (request, reply) => {
+    const logged = new WeakSet<FastifyRequest>()
+    const logCall = (request: FastifyRequest, reply: FastifyReply, message = errorMessageOf(request)): void => {
+      if (logged.has(request)) return
+      logged.add(request)
       request.log.info({
         url: redactUrl(request.url),
         statusCode: reply.statusCode,
-        message: errorMessageOf(request),
+        message,
         keyPrefix: request.dataEndpointKeyPrefix
       }, 'data endpoint call')
+    }
+    app.addHook('onResponse', async (request, reply) => { logCall(request, reply) })
+    // A download cut short after its headers (the source failed, the client
+    // left) never reaches onResponse; it is logged when the connection closes.
+    app.addHook('onRequest', async (request, reply) => {
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableFinished) {
+          logCall(request, reply, errorMessageOf(request) ?? 'Response not completed: the client closed the connection')
+        }
+      })
     })
   }
 

@@ -1,5 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { redactKeys } from './api-key.js'
 import type { Dataset, Entity } from './dataset-source.js'
+import { noteFailure } from './error-reply.js'
 import { InvalidParameterError, UnknownFormatError } from './errors.js'
 import { checkEntities } from './formats/entity-model.js'
 import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type FormatName } from './formats/index.js'
@@ -84,6 +86,14 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     limit: q.limit,
     archiveType: q.archiveType,
     signal: abort.signal
+  })
+  // Runs before Fastify's own listener, which logs the error with its message
+  // and stack, and a host's message may quote a key.
+  download.body.prependListener('error', (err: unknown) => {
+    if (!(err instanceof Error)) return
+    err.message = redactKeys(err.message)
+    if (typeof err.stack === 'string') err.stack = redactKeys(err.stack)
+    noteFailure(request, `Download failed after it started: ${err.message}`)
   })
   return reply
     .type(download.contentType)

@@ -33,6 +33,11 @@ export function errorMessageOf (request: FastifyRequest): string | undefined {
   return errorMessages.get(request)
 }
 
+/** Records why a response was cut short after its headers (no error response could say it), for its log line. */
+export function noteFailure (request: FastifyRequest, message: string): void {
+  errorMessages.set(request, redactKeys(message))
+}
+
 export function sendError (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const status = statusOf(error)
   const message = redactKeys(messageOf(error))
