@@ -66,8 +66,14 @@ export interface Dataset {
   /** used for download file names */
   name: string
   entities: readonly Entity[]
-  /** Streams one entity's rows. Pulled one at a time, so memory stays bounded. */
-  rows (entity: string, options: RowsOptions): AsyncIterable<Row>
+  /**
+   * Streams one entity's rows, pulled one at a time, so memory stays bounded.
+   * An async iterable (an async generator over a driver's cursor), or a plain
+   * iterable such as better-sqlite3's `statement.iterate()`: that one is read
+   * a chunk (about 64 KB of output) at a time without an await per row, so
+   * each of its rows must come without blocking for long.
+   */
+  rows (entity: string, options: RowsOptions): AsyncIterable<Row> | Iterable<Row>
 }
 
 export interface DatasetSource {

@@ -152,14 +152,21 @@ t.test('limit caps the rows of every entity', async (t) => {
   t.equal(parseCsv(files.get('customers.csv')?.toString('utf8') ?? '').length, 3, 'header and two rows')
 })
 
-t.test('the source is asked for no more rows than the limit', async (t) => {
-  const datasets = new ProbeDatasets(1000)
-  const { app, url } = await appWithKey(t, { datasets })
-  const res = await app.inject({ url: url('format=json&limit=5') })
-  t.equal(res.json().events.length, 5)
-  t.equal(datasets.probe.pulled, 5)
-  t.ok(datasets.probe.closed)
-})
+for (const sync of [false, true]) {
+  const kind = sync ? 'a plain (sync) iterable' : 'an async iterable'
+  t.test(`${kind} source: read to the end, or only up to the limit`, async (t) => {
+    const datasets = new ProbeDatasets(3000, undefined, sync)
+    const { app, url } = await appWithKey(t, { datasets })
+    const all = (await app.inject({ url: url('format=json') })).json().events
+    t.equal(all.length, 3000)
+    t.same(all.at(-1), { id: 3000, kind: 'click', payload: `payload 3000, "quoted", ${'x'.repeat(40)}` })
+    datasets.probe.pulled = 0
+    const res = await app.inject({ url: url('format=csv-zip&archiveType=tar&limit=5') })
+    t.equal(parseCsv((await readArchive('tar', res.rawPayload)).get('events.csv')?.toString('utf8') ?? '').length, 6)
+    t.equal(datasets.probe.pulled, 5, 'no row read beyond the limit')
+    t.ok(datasets.probe.closed, 'the source was closed')
+  })
+}
 
 t.test('meta=entities lists the entity names; meta=ddl answers the DDL as text', async (t) => {
   const { app, url } = await appWithKey(t)
@@ -271,8 +278,9 @@ async function leftoverTempDirs (): Promise<string[]> {
 
 t.test('a client that disconnects stops the read at the source', async (t) => {
   const TOTAL = 2_000_000
-  for (const query of STREAM_CASES) {
-    const datasets = new ProbeDatasets(TOTAL)
+  const cases = [...STREAM_CASES.map((query) => ({ query, sync: false })), { query: 'format=json', sync: true }, { query: 'format=csv-zip', sync: true }]
+  for (const { query, sync } of cases) {
+    const datasets = new ProbeDatasets(TOTAL, undefined, sync)
     const { app, url } = await appWithKey(t, { datasets })
     const port = await listen(app)
     let received = 0

@@ -150,34 +150,42 @@ function eventRow (i: number): Row {
 
 /**
  * A DatasetSource for dataset 1 with one entity `events` of `total` rows,
- * generated on demand. `failAt`: throw when row `failAt` is pulled (0: at once).
+ * generated on demand. `failAt`: throw when row `failAt` is pulled (0: at
+ * once). `sync`: hand out a plain generator, as better-sqlite3's iterate() is.
  */
 export class ProbeDatasets implements DatasetSource {
   readonly probe: SourceProbe = { pulled: 0, closed: false, aborted: false }
 
-  constructor (private readonly total: number, private readonly failAt?: number) {}
+  constructor (private readonly total: number, private readonly failAt?: number, private readonly sync = false) {}
 
   async getDataset (ref: ResourceRef): Promise<Dataset | null> {
     if (ref.resourceSequence !== 1) return null
     const { probe, total, failAt } = this
+    function * generate (end: number, signal: AbortSignal): Generator<Row, void, undefined> {
+      try {
+        for (let i = 0; i < end; i++) {
+          if (failAt !== undefined && i === failAt) throw new Error('source failed on purpose')
+          probe.pulled++
+          yield eventRow(i + 1)
+        }
+      } finally {
+        probe.closed = true
+        probe.aborted = signal.aborted
+      }
+    }
     return {
       name: 'probe',
       entities: [{ name: 'events', columns: EVENT_COLUMNS }],
-      async * rows (_entity, { limit, signal }) {
-        try {
-          const end = Math.min(total, limit ?? total)
-          for (let i = 0; i < end; i++) {
-            if (failAt !== undefined && i === failAt) throw new Error('source failed on purpose')
-            probe.pulled++
+      rows: this.sync
+        ? (_entity, { limit, signal }) => generate(Math.min(total, limit ?? total), signal)
+        : async function * (_entity, { limit, signal }) {
+          let i = 0
+          for (const row of generate(Math.min(total, limit ?? total), signal)) {
             // A real source waits on I/O now and then.
-            if (i % 256 === 0) await new Promise((resolve) => setImmediate(resolve))
-            yield eventRow(i + 1)
+            if (i++ % 256 === 0) await new Promise((resolve) => setImmediate(resolve))
+            yield row
           }
-        } finally {
-          probe.closed = true
-          probe.aborted = signal.aborted
         }
-      }
     }
   }
 }

@@ -47,43 +47,52 @@ export function zipArchive (entries: readonly ArchiveEntry[], mtime = new Date()
 }
 
 export interface TarOptions {
-  /** bytes of one entry kept in memory before it goes to a temporary file; default 1 MiB */
+  /** bytes of one entry kept in memory before it goes to a temporary file; default 256 KiB */
   spoolLimit?: number
   /** where temporary files go; default the OS temporary directory */
   tmpDir?: string
   mtime?: Date
 }
 
-/** Holds one entry's bytes until its size is known: memory first, then a file. */
+/** Writes a chunk at the file's position; text is encoded by fs itself, with no Buffer to collect. */
+async function writeAll (file: FileHandle, chunk: string | Buffer): Promise<void> {
+  const expected = typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
+  const { bytesWritten } = typeof chunk === 'string' ? await file.write(chunk) : await file.write(chunk)
+  if (bytesWritten !== expected) throw new Error(`Short write to a tar spool file (${bytesWritten} of ${expected} bytes)`)
+}
+
+/**
+ * Holds one entry until its size is known: memory first, then a file. Text
+ * stays text until it is written out (fs encodes it without a Buffer of ours),
+ * so spooling adds little garbage.
+ */
 class Spool {
   size = 0
-  private chunks: Buffer[] = []
+  private chunks: Array<string | Buffer> = []
   private file: FileHandle | null = null
   private path: string | null = null
 
   constructor (private readonly limit: number, private readonly directory: () => Promise<string>) {}
 
   async write (chunk: string | Buffer): Promise<void> {
-    const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
-    this.size += buf.length
+    this.size += typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
     if (this.file === null && this.size <= this.limit) {
-      this.chunks.push(buf)
+      this.chunks.push(chunk)
       return
     }
     if (this.file === null) {
       this.path = join(await this.directory(), `entry-${Date.now()}-${Math.random().toString(36).slice(2)}`)
       this.file = await open(this.path, 'w')
-      const held = Buffer.concat(this.chunks)
+      for (const held of this.chunks) await writeAll(this.file, held)
       this.chunks = []
-      await this.file.write(held)
     }
-    await this.file.write(buf)
+    await writeAll(this.file, chunk)
   }
 
   /** The spooled bytes, in order. */
   async * read (): AsyncGenerator<Buffer> {
     if (this.path === null) {
-      yield * this.chunks
+      for (const chunk of this.chunks) yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk
       return
     }
     await this.file?.close()
@@ -117,7 +126,7 @@ function eventOrClose (stream: Closable, event: string): Promise<void> {
 
 /** The tar archive of `entries`, streamed (each entry spooled first). */
 export function tarArchive (entries: readonly ArchiveEntry[], options: TarOptions = {}): Readable {
-  const { spoolLimit = 1024 * 1024, tmpDir = tmpdir(), mtime = new Date() } = options
+  const { spoolLimit = 256 * 1024, tmpDir = tmpdir(), mtime = new Date() } = options
   const pack = tar.pack()
   let directory: Promise<string> | null = null
   const makeDirectory = (): Promise<string> => (directory ??= mkdtemp(join(tmpDir, 'fastify-data-endpoints-')))

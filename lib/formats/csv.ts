@@ -1,7 +1,7 @@
 import type { Column, Entity, Row } from '../dataset-source.js'
 import { archiveBody, archiveDownload, archiveFileNames } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
-import { entityRows, rowTextChunks, rowWriter, type CellWriter } from './rows.js'
+import { delimitedRows, entityChunks, rowWriter, separated, type CellWriter } from './rows.js'
 import { canonicalText } from './values.js'
 
 // csv-zip: `<entity>.csv` per entity, RFC 4180: a header row, CRLF after
@@ -29,14 +29,13 @@ function csvCell (column: Column): CellWriter {
 }
 
 export function csvRowWriter (entity: Entity): (row: Row) => string {
-  return rowWriter(entity, entity.columns.map(csvCell), ',', '', '\r\n')
+  return rowWriter(entity, entity.columns.map(csvCell), separated(entity.columns.length, ','), '\r\n')
 }
 
 /** One entity as a CSV file, header row first, in chunks. */
 export function csvChunks (spec: DownloadSpec, entity: Entity): AsyncGenerator<string> {
   const header = entity.columns.map((c) => csvField(c.name)).join(',') + '\r\n'
-  const rows = entityRows(spec.dataset, entity.name, spec.limit, spec.signal)
-  return rowTextChunks(rows, csvRowWriter(entity), header, '')
+  return entityChunks(spec, entity, delimitedRows(csvRowWriter(entity), header, ''))
 }
 
 /** `csv-zip`: `<entity>.csv` per entity. */

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream'
 import type { Column, Entity, Row } from '../dataset-source.js'
 import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
-import { entityRows, rowTextChunks, rowWriter, type CellWriter } from './rows.js'
+import { delimitedRows, entityChunks, rowWriter, type CellWriter } from './rows.js'
 import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText } from './values.js'
 
 // json and json-zip. bigint and decimal are strings (no precision lost),
@@ -30,12 +30,8 @@ function jsonCell (column: Column): CellWriter {
 
 /** Serialises one row as a JSON object, keys in column order. */
 export function jsonRowWriter (entity: Entity): (row: Row) => string {
-  const cells = entity.columns.map((c): CellWriter => {
-    const key = JSON.stringify(c.name) + ':'
-    const value = jsonCell(c)
-    return (v) => key + value(v)
-  })
-  return rowWriter(entity, cells, ',', '{', '}')
+  const keys = entity.columns.map((c, i) => (i === 0 ? '{' : ',') + JSON.stringify(c.name) + ':')
+  return rowWriter(entity, entity.columns.map(jsonCell), keys, '}')
 }
 
 /**
@@ -43,8 +39,7 @@ export function jsonRowWriter (entity: Entity): (row: Row) => string {
  * with `before` and `after` around it.
  */
 export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n'): AsyncGenerator<string> {
-  const rows = entityRows(spec.dataset, entity.name, spec.limit, spec.signal)
-  return rowTextChunks(rows, jsonRowWriter(entity), before + '[\n', '\n]' + after, ',\n')
+  return entityChunks(spec, entity, delimitedRows(jsonRowWriter(entity), before + '[\n', '\n]' + after, ',\n'))
 }
 
 async function * jsonDocument (spec: DownloadSpec): AsyncGenerator<string> {

@@ -1,7 +1,7 @@
 import type { Column, Entity, Row } from '../dataset-source.js'
 import { archiveBody, archiveDownload, archiveFileNames, type ArchiveEntry } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
-import { entityRows, rowTextChunks, rowWriter, type CellWriter } from './rows.js'
+import { delimitedRows, entityChunks, rowWriter, separated, type CellWriter } from './rows.js'
 import { isNotNull } from './sql.js'
 import { binaryValue, booleanValue, canonicalText } from './values.js'
 
@@ -102,7 +102,7 @@ function datCell (column: Column, widths: Widths, index: number): CellWriter {
 export function datRowWriter (entity: Entity): { write: (row: Row) => string, widths: Widths } {
   const widths: Widths = entity.columns.map(() => 0)
   const cells = entity.columns.map((c, i) => datCell(c, widths, i))
-  return { write: rowWriter(entity, cells, ',', '', '\n'), widths }
+  return { write: rowWriter(entity, cells, separated(cells.length, ','), '\n'), widths }
 }
 
 function fieldSpec (column: Column, width: number): string {
@@ -141,7 +141,7 @@ function entityEntries (spec: DownloadSpec, entity: Entity, fileName: string): A
   return [
     {
       name: `${fileName}.dat`,
-      content: () => rowTextChunks(entityRows(spec.dataset, entity.name, spec.limit, spec.signal), write, '', '')
+      content: () => entityChunks(spec, entity, delimitedRows(write, '', ''))
     },
     // Produced after the .dat is written, when the widths are known.
     { name: `${fileName}.ctl`, content: async function * () { yield controlFile(entity, `${fileName}.dat`, widths) } }

@@ -1,18 +1,6 @@
-import type { Dataset, Entity, Row } from '../dataset-source.js'
+import type { Entity, Row } from '../dataset-source.js'
+import type { DownloadSpec } from './index.js'
 import { columnError } from './values.js'
-
-/**
- * One entity's rows, at most `limit` of them even if the source ignores the
- * limit. Stopping early returns the source's iterator, so it stops reading.
- */
-export async function * entityRows (dataset: Dataset, entity: string, limit: number | undefined, signal: AbortSignal): AsyncGenerator<Row> {
-  if (limit === 0) return
-  let n = 0
-  for await (const row of dataset.rows(entity, { limit, signal })) {
-    yield row
-    if (limit !== undefined && ++n >= limit) return
-  }
-}
 
 /** Text chunks are gathered up to this size before they are handed to the stream. */
 export const CHUNK_SIZE = 64 * 1024
@@ -21,40 +9,93 @@ export const CHUNK_SIZE = 64 * 1024
 export type CellWriter = (value: unknown) => string
 
 /**
- * Joins per-column writers into a row writer: `prefix`, the cells separated
- * by `separator`, `suffix`. A refused value becomes an error that names the
+ * Joins per-column writers into a row writer: `before[i]` and cell i for
+ * each column, then `after`. A refused value becomes an error that names the
  * entity and column.
  */
-export function rowWriter (entity: Entity, cells: readonly CellWriter[], separator: string, prefix = '', suffix = ''): (row: Row) => string {
+export function rowWriter (entity: Entity, cells: readonly CellWriter[], before: readonly string[], after: string): (row: Row) => string {
   const n = cells.length
   return (row) => {
     let i = 0
     try {
-      let out = prefix + cells[0](row[0])
-      for (i = 1; i < n; i++) out += separator + cells[i](row[i])
-      return out + suffix
+      let out = before[0] + cells[0](row[0])
+      for (i = 1; i < n; i++) out += before[i] + cells[i](row[i])
+      return out + after
     } catch (err) {
       throw columnError(entity.name, entity.columns[i].name, err)
     }
   }
 }
 
+/** `first` before the first cell, `separator` before the others. */
+export function separated (count: number, separator: string, first = ''): string[] {
+  return Array.from({ length: count }, (_, i) => (i === 0 ? first : separator))
+}
+
+export interface EntityText {
+  /** text before the first row */
+  head: string
+  /** the text of one row (`index` counts from 0), separators included */
+  row: (row: Row, index: number) => string
+  /** text after the last row, asked for once the rows are done */
+  tail: () => string
+}
+
+function isSyncIterable (value: object): value is Iterable<Row> {
+  return typeof (value as Iterable<Row>)[Symbol.iterator] === 'function' &&
+    typeof (value as AsyncIterable<Row>)[Symbol.asyncIterator] !== 'function'
+}
+
 /**
- * One entity's rows as text chunks of about CHUNK_SIZE: `head`, each row
- * through `write`, `tail`. `between` goes between rows (not before the first).
+ * One entity as text chunks of about CHUNK_SIZE: head, each row, tail. Reads
+ * at most `spec.limit` rows even if the source ignores the limit. A source
+ * that returns a plain (sync) iterable is read a chunk at a time with no
+ * await per row. Stopping early (limit, consumer gone, error) returns the
+ * source's iterator, so it stops reading.
  */
-export async function * rowTextChunks (
-  rows: AsyncIterable<Row>, write: (row: Row) => string, head: string, tail: string, between = ''
-): AsyncGenerator<string> {
-  let chunk = head
-  let first = true
-  for await (const row of rows) {
-    chunk += (first ? '' : between) + write(row)
-    first = false
-    if (chunk.length >= CHUNK_SIZE) {
-      yield chunk
-      chunk = ''
+export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string> {
+  const { limit, signal } = spec
+  let chunk = text.head
+  let n = 0
+  if (limit !== 0) {
+    const rows = spec.dataset.rows(entity.name, { limit, signal })
+    if (isSyncIterable(rows)) {
+      const iterator = rows[Symbol.iterator]()
+      let exhausted = false
+      try {
+        for (;;) {
+          while (chunk.length < CHUNK_SIZE) {
+            const next = iterator.next()
+            if (next.done === true) { exhausted = true; break }
+            chunk += text.row(next.value, n)
+            if (++n === limit) break
+          }
+          if (exhausted || n === limit || signal.aborted) break
+          yield chunk
+          chunk = ''
+        }
+      } finally {
+        if (!exhausted) iterator.return?.()
+      }
+    } else {
+      for await (const row of rows) {
+        chunk += text.row(row, n)
+        if (++n === limit) break
+        if (chunk.length >= CHUNK_SIZE) {
+          yield chunk
+          chunk = ''
+        }
+      }
     }
   }
-  yield chunk + tail
+  // A source that stopped because the client left must not end like a whole file.
+  if (signal.aborted) throw new Error('Download aborted')
+  yield chunk + text.tail()
+}
+
+/** Rows joined by `between`, inside `head` and `tail`. */
+export function delimitedRows (write: (row: Row) => string, head: string, tail: string, between = ''): EntityText {
+  return between === ''
+    ? { head, row: write, tail: () => tail }
+    : { head, row: (row, i) => (i === 0 ? '' : between) + write(row), tail: () => tail }
 }

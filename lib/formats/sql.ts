@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream'
 import type { Column, Entity, Row } from '../dataset-source.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
-import { CHUNK_SIZE, entityRows, rowWriter, type CellWriter } from './rows.js'
+import { entityChunks, rowWriter, separated, type CellWriter, type EntityText } from './rows.js'
 import {
   bigintText, binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText, ValueError
 } from './values.js'
@@ -88,7 +88,7 @@ function sqlCell (column: Column): CellWriter {
 }
 
 export function sqlRowWriter (entity: Entity): (row: Row) => string {
-  return rowWriter(entity, entity.columns.map(sqlCell), ', ', '(', ')')
+  return rowWriter(entity, entity.columns.map(sqlCell), separated(entity.columns.length, ', ', '('), ')')
 }
 
 // An INSERT ends after this many rows or characters, whichever comes first,
@@ -96,31 +96,37 @@ export function sqlRowWriter (entity: Entity): (row: Row) => string {
 const BATCH_ROWS = 500
 const BATCH_CHARS = 1024 * 1024
 
-async function * sqlScript (spec: DownloadSpec): AsyncGenerator<string> {
-  let chunk = '-- fastify-data-endpoints sql export: loads into PostgreSQL or SQLite in one transaction\nBEGIN;\n'
-  for (const entity of spec.entities) {
-    chunk += '\n' + createTableSql(entity)
-    const insert = `INSERT INTO ${quoteIdentifier(entity.name)} (${entity.columns.map((c) => quoteIdentifier(c.name)).join(', ')}) VALUES\n`
-    const write = sqlRowWriter(entity)
-    let rows = 0
-    let chars = 0
-    for await (const row of entityRows(spec.dataset, entity.name, spec.limit, spec.signal)) {
+/** CREATE TABLE, then the rows in INSERTs of at most BATCH_ROWS rows or BATCH_CHARS characters. */
+function entityScript (entity: Entity, head: string, tail: string): EntityText {
+  const insert = `INSERT INTO ${quoteIdentifier(entity.name)} (${entity.columns.map((c) => quoteIdentifier(c.name)).join(', ')}) VALUES\n`
+  const write = sqlRowWriter(entity)
+  let rows = 0
+  let chars = 0
+  return {
+    head: head + '\n' + createTableSql(entity),
+    row: (row) => {
       const tuple = write(row)
-      chunk += (rows === 0 ? insert : ',\n') + tuple
+      let out = (rows === 0 ? insert : ',\n') + tuple
       chars += tuple.length
       if (++rows === BATCH_ROWS || chars >= BATCH_CHARS) {
-        chunk += ';\n'
+        out += ';\n'
         rows = 0
         chars = 0
       }
-      if (chunk.length >= CHUNK_SIZE) {
-        yield chunk
-        chunk = ''
-      }
-    }
-    if (rows > 0) chunk += ';\n'
+      return out
+    },
+    tail: () => (rows > 0 ? ';\n' : '') + tail
   }
-  yield chunk + '\nCOMMIT;\n'
+}
+
+async function * sqlScript (spec: DownloadSpec): AsyncGenerator<string> {
+  const begin = '-- fastify-data-endpoints sql export: loads into PostgreSQL or SQLite in one transaction\nBEGIN;\n'
+  const commit = '\nCOMMIT;\n'
+  const { entities } = spec
+  if (entities.length === 0) yield begin + commit
+  for (let i = 0; i < entities.length; i++) {
+    yield * entityChunks(spec, entities[i], entityScript(entities[i], i === 0 ? begin : '', i === entities.length - 1 ? commit : ''))
+  }
 }
 
 /** `sql` (the default): DDL and INSERTs in one transaction. */

@@ -163,6 +163,30 @@ export function dateText (value: unknown): string | null {
   return value as string
 }
 
+function digits (s: string, from: number, to: number): number {
+  let n = 0
+  for (let i = from; i < to; i++) {
+    const d = s.charCodeAt(i) - 48
+    if (d < 0 || d > 9) return -1
+    n = n * 10 + d
+  }
+  return n
+}
+
+/**
+ * The fast path: exactly 'YYYY-MM-DDTHH:MM:SS.sssZ' (what toISOString and
+ * most drivers write) with valid fields, checked without a regular expression.
+ */
+function isCanonicalUtc (s: string): boolean {
+  if (s.length !== 24 || s[4] !== '-' || s[7] !== '-' || s[10] !== 'T' || s[13] !== ':' || s[16] !== ':' || s[19] !== '.' || s[23] !== 'Z') return false
+  const year = digits(s, 0, 4)
+  const month = digits(s, 5, 7)
+  const day = digits(s, 8, 10)
+  return year >= 1 && month >= 1 && month <= 12 && day >= 1 && day <= daysInMonth(year, month) &&
+    digits(s, 11, 13) >= 0 && digits(s, 11, 13) <= 23 && digits(s, 14, 16) >= 0 && digits(s, 14, 16) <= 59 &&
+    digits(s, 17, 19) >= 0 && digits(s, 17, 19) <= 59 && digits(s, 20, 23) >= 0
+}
+
 const TIMESTAMP_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,]([0-9]+))?)?)? ?(Z|z|[+-][0-9]{2}(?::?[0-9]{2})?)?$/
 
 /**
@@ -181,6 +205,7 @@ export function timestampText (withTimeZone: boolean): (value: unknown) => strin
       const iso = value.toISOString()
       return withTimeZone ? iso : iso.slice(0, -1)
     }
+    if (typeof value === 'string' && isCanonicalUtc(value)) return withTimeZone ? value : value.slice(0, 23)
     const m = typeof value === 'string' ? TIMESTAMP_TEXT.exec(value) : null
     if (m === null) throw new ValueError('a timestamp column needs a Date or ISO 8601 text')
     const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])]

@@ -1,0 +1,202 @@
+// Download formats benchmark (not a test): streams an `events` entity of
+// BENCH_ROWS rows (default 1,000,000) from a real better-sqlite3 table through
+// the real plugin over HTTP, in every format, and records rows/s and the
+// server's peak RSS next to a baseline measured in the same run: raw
+// better-sqlite3 iteration plus JSON.stringify of each row.
+//
+//   npx tsx test/bench/formats.ts
+//
+// Each measurement runs in its own child process (this file with --serve or
+// --baseline), so every peak RSS is that of one server doing one download.
+// The children run compiled JavaScript under plain node (this file and what
+// it imports, built with tsc into a temporary directory first), as a server
+// in production would: tsx alone would add some 60 MB to every RSS.
+// Env: BENCH_ROWS, BENCH_CASES (comma-separated query strings, e.g.
+// "format=json,format=csv-zip&archiveType=tar"), BENCH_NODE_ARGS (node
+// options for the children, e.g. "--max-semi-space-size=4").
+import { execFileSync, fork, type ChildProcess } from 'node:child_process'
+import { copyFileSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import http from 'node:http'
+import { tmpdir } from 'node:os'
+import { dirname, join, relative, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import Database from 'better-sqlite3'
+import Fastify from 'fastify'
+import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DatasetSource } from '../../lib/index.js'
+import { MemoryJobs } from '../fixtures.js'
+
+const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
+const CASES = (process.env.BENCH_CASES ?? [
+  'format=sql', 'format=json', 'format=csv-zip', 'format=json-zip', 'format=oracle-loader',
+  'format=csv-zip&archiveType=tar', 'format=json-zip&archiveType=tar', 'format=oracle-loader&archiveType=tar'
+].join(',')).split(',')
+
+const COLUMNS: Column[] = [
+  { name: 'id', type: 'integer', primaryKey: true, nullable: false },
+  { name: 'ts', type: 'timestamp', withTimeZone: true, nullable: false },
+  { name: 'kind', type: 'text', nullable: false },
+  { name: 'value', type: 'float' },
+  { name: 'payload', type: 'text' }
+]
+const SELECT = 'SELECT id, ts, kind, value, payload FROM events ORDER BY id'
+
+// ---- child: a host serving the table through the plugin ------------------
+
+/** Samples RSS every 20 ms; maxRSS from the OS catches what sampling misses. */
+function memoryWatch (): () => { sampledMB: number, maxRssMB: number } {
+  let peak = process.memoryUsage.rss()
+  const timer = setInterval(() => { peak = Math.max(peak, process.memoryUsage.rss()) }, 20)
+  return () => {
+    clearInterval(timer)
+    return { sampledMB: peak / 2 ** 20, maxRssMB: process.resourceUsage().maxRSS / 1024 }
+  }
+}
+
+async function serve (file: string): Promise<void> {
+  const db = new Database(file, { readonly: true })
+  const dataset: Dataset = {
+    name: 'events',
+    entities: [{ name: 'events', columns: COLUMNS }],
+    // better-sqlite3's cursor as it is: a plain iterator, read a chunk at a time.
+    rows: (_entity, { limit }) => db.prepare(limit === undefined ? SELECT : `${SELECT} LIMIT ${limit}`).raw().iterate() as Iterable<unknown[]>
+  }
+  const datasets: DatasetSource = { getDataset: async (ref) => (ref.resourceSequence === 1 ? dataset : null) }
+  const jobs = new MemoryJobs()
+  const app = Fastify({ logger: false })
+  await app.register(dataEndpoints, {
+    storage: new SqliteStorage({ filename: ':memory:' }),
+    datasets,
+    pipelines: jobs,
+    jobs,
+    bcryptCost: 4,
+    managementUi: false, // the web page's files are not part of this build
+    getPermissions: () => ['ManageAPIKeys']
+  })
+  const created = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', payload: { purpose: 'bench' } })).json()
+  await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', payload: { keyIds: [created.id] } })
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as { port: number }
+  const idleMB = process.memoryUsage.rss() / 2 ** 20
+  const watch = memoryWatch()
+  process.send?.({ port, key: created.key, idleMB })
+  process.once('message', () => {
+    process.send?.(watch())
+    app.close().then(() => db.close()).finally(() => process.exit(0))
+  })
+}
+
+function baseline (file: string): void {
+  const db = new Database(file, { readonly: true })
+  const idleMB = process.memoryUsage.rss() / 2 ** 20
+  const watch = memoryWatch()
+  const start = process.hrtime.bigint()
+  let rows = 0
+  let bytes = 0
+  for (const row of db.prepare(SELECT).iterate()) {
+    bytes += JSON.stringify(row).length
+    rows++
+  }
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9
+  process.send?.({ rows, bytes, seconds, idleMB, ...watch() })
+  db.close()
+}
+
+// ---- parent: builds the table, runs each case in a child ------------------
+
+function createTable (file: string): void {
+  const db = new Database(file)
+  db.pragma('journal_mode = WAL')
+  db.exec('CREATE TABLE events (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, kind TEXT NOT NULL, value REAL, payload TEXT)')
+  const insert = db.prepare('INSERT INTO events VALUES (?, ?, ?, ?, ?)')
+  const kinds = ['page_view', 'click', 'add_to_cart', 'purchase', 'error']
+  const start = Date.UTC(2024, 0, 1)
+  db.transaction(() => {
+    for (let i = 1; i <= ROWS; i++) {
+      const payload = i % 10 === 0 ? null : `{"path":"/products/${i % 97}","session":"${(i * 7919).toString(36).padStart(8, '0')}"}`
+      insert.run(i, new Date(start + i * 1500).toISOString(), kinds[i % 5], i % 13 === 0 ? null : (i * 0.37) % 1000, payload)
+    }
+  })()
+  db.close()
+}
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
+
+/** Compiles this file and its imports to `dir`; returns the compiled path of this file. */
+function compile (dir: string): string {
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
+  const self = fileURLToPath(import.meta.url)
+  execFileSync(process.execPath, [tsc, '--outDir', dir, '--rootDir', REPO, '--module', 'nodenext', '--moduleResolution', 'nodenext',
+    '--target', 'es2022', '--esModuleInterop', '--skipLibCheck', '--noCheck', '--types', 'node', self], { stdio: 'inherit' })
+  symlinkSync(join(REPO, 'node_modules'), join(dir, 'node_modules'), 'dir')
+  copyFileSync(join(REPO, 'package.json'), join(dir, 'package.json'))
+  return join(dir, relative(REPO, self).replace(/\.ts$/, '.js'))
+}
+
+let compiled = ''
+
+function child (mode: string, file: string): ChildProcess {
+  return fork(compiled, [mode, file], { execArgv: (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+}
+
+function message<T> (proc: ChildProcess): Promise<T> {
+  return new Promise((resolve, reject) => {
+    proc.once('message', (m) => resolve(m as T))
+    proc.once('exit', (code) => reject(new Error(`child exited with ${code}`)))
+  })
+}
+
+interface Memory { sampledMB: number, maxRssMB: number }
+
+function download (port: number, path: string): Promise<{ status: number, bytes: number, seconds: number }> {
+  const start = process.hrtime.bigint()
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path }, (res) => {
+      let bytes = 0
+      res.on('data', (chunk: Buffer) => { bytes += chunk.length })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes, seconds: Number(process.hrtime.bigint() - start) / 1e9 }))
+      res.on('error', reject)
+    }).on('error', reject)
+  })
+}
+
+async function main (): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'fde-bench-formats-'))
+  const file = join(dir, 'events.db')
+  try {
+    process.stdout.write('compiling ... ')
+    compiled = compile(join(dir, 'build'))
+    process.stdout.write(`creating ${ROWS} rows ... `)
+    createTable(file)
+    console.log('done')
+
+    const base = child('--baseline', file)
+    const b = await message<{ rows: number, bytes: number, seconds: number, idleMB: number } & Memory>(base)
+    const baseRate = b.rows / b.seconds
+    const lines = [
+      `| case | rows/s | MB/s | size (MB) | peak RSS (MB, maxRSS / sampled) | RSS before (MB) | vs baseline |`,
+      `|---|---:|---:|---:|---:|---:|---:|`,
+      `| baseline: iterate + JSON.stringify | ${Math.round(baseRate).toLocaleString('en')} | ${(b.bytes / 2 ** 20 / b.seconds).toFixed(1)} | ${(b.bytes / 2 ** 20).toFixed(1)} | ${b.maxRssMB.toFixed(0)} / ${b.sampledMB.toFixed(0)} | ${b.idleMB.toFixed(0)} | 1.00 |`
+    ]
+    console.log(lines.join('\n'))
+    for (const query of CASES) {
+      const server = child('--serve', file)
+      const { port, key, idleMB } = await message<{ port: number, key: string, idleMB: number }>(server)
+      const result = await download(port, `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`)
+      const memory = message<Memory>(server)
+      server.send('report')
+      const m = await memory
+      const rate = ROWS / result.seconds
+      const line = `| ${query} | ${Math.round(rate).toLocaleString('en')} | ${(result.bytes / 2 ** 20 / result.seconds).toFixed(1)} | ${(result.bytes / 2 ** 20).toFixed(1)} | ${m.maxRssMB.toFixed(0)} / ${m.sampledMB.toFixed(0)} | ${idleMB.toFixed(0)} | ${(rate / baseRate).toFixed(2)} |`
+      if (result.status !== 200) throw new Error(`${query}: status ${result.status}`)
+      console.log(line)
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+const [mode, file] = process.argv.slice(2)
+if (mode === '--serve') await serve(file)
+else if (mode === '--baseline') baseline(file)
+else await main()
