@@ -6,9 +6,25 @@ import { Type, type Static } from 'typebox'
 export const ErrorBody = Type.Object({ message: Type.String() })
 
 const Moniker = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._~-]{0,99}$', description: 'moniker' })
+/**
+ * The source of a pattern matching exactly the decimal integers 1 to `max`
+ * written plainly: every shorter number, then for each digit of `max` the
+ * numbers that share its leading digits and are smaller at that one.
+ */
+function plainIntegersUpTo (max: string): string {
+  const alternatives = [`[1-9][0-9]{0,${max.length - 2}}`]
+  for (let i = 0; i < max.length; i++) {
+    const low = i === 0 ? 1 : 0
+    const digit = Number(max[i])
+    if (digit > low) alternatives.push(`${max.slice(0, i)}[${low}-${digit - 1}][0-9]{${max.length - 1 - i}}`)
+  }
+  return `^(?:${[...alternatives, max].join('|')})$`
+}
+
 // Sequences in paths: positive integers written plainly (no sign, exponent or
-// leading zero), the same rule as the data routes.
-const SEQUENCE_PATTERN = '^[1-9][0-9]{0,15}$'
+// leading zero) up to 2^53 - 1, past which a number is no longer exact: the
+// same rule as the data routes.
+const SEQUENCE_PATTERN = plainIntegersUpTo(String(Number.MAX_SAFE_INTEGER))
 const Sequence = Type.String({ pattern: SEQUENCE_PATTERN, description: 'positive integer' })
 const Purpose = Type.String({ minLength: 1, maxLength: 200 })
 

@@ -80,3 +80,28 @@ export async function rawRequest (port: number, request: RawRequestParts | Buffe
     })
   })
 }
+
+/**
+ * Writes `bytes` and leaves the connection open: resolves with the first
+ * whole answer (head and Content-Length body) as soon as it is in, or with
+ * status 0 when none came within `waitMs`.
+ */
+export async function firstAnswer (port: number, bytes: string | Buffer, waitMs = 15_000): Promise<RawResponse> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = []
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(bytes))
+    const done = (response: RawResponse): void => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve(response)
+    }
+    const timer = setTimeout(() => done({ status: 0, headers: {}, body: '' }), waitMs)
+    socket.on('data', (chunk: Buffer) => {
+      chunks.push(chunk)
+      const response = parseResponse(Buffer.concat(chunks))
+      const length = Number(response.headers['content-length'])
+      if (response.status !== 0 && Number.isFinite(length) && Buffer.byteLength(response.body, 'latin1') >= length) done(response)
+    })
+    socket.on('error', () => {})
+  })
+}
