@@ -49,12 +49,13 @@ interface DataRequest {
   ms: Segment
   type: Segment
   rs: Segment
-  structure: 'exact' | 'trailing-slash' | 'extra-segment' | 'missing-segment' | 'double-slash'
+  /** dot-dot: `/..` then another resource, which a normalising proxy would resolve (real HTTP only) */
+  structure: 'exact' | 'trailing-slash' | 'extra-segment' | 'missing-segment' | 'double-slash' | 'dot-dot'
   queryKey: QueryKey
   headerKey: HeaderKey
   params: { format: Param, meta: Param, archiveType: Param, limit: Param, entity: Param }
   idempotencyKey: string | undefined
-  body: 'none' | 'json' | 'bad-json' | 'empty-json' | 'text' | 'octet'
+  body: 'none' | 'json' | 'bad-json' | 'empty-json' | 'text' | 'octet' | 'huge'
   client: string
 }
 
@@ -134,6 +135,7 @@ function bodyParseError (r: DataRequest): Pick<Expected, 'status' | 'message'> |
   if (r.body === 'bad-json') return { status: 400, message: 'Body is not valid JSON but content-type is set to \'application/json\'' }
   if (r.body === 'empty-json') return { status: 400, message: 'Body cannot be empty when content-type is set to \'application/json\'' }
   if (r.body === 'octet') return { status: 415, message: 'Unsupported Media Type' }
+  if (r.body === 'huge') return { status: 413, message: 'Request body is too large' }
   return null
 }
 
@@ -192,6 +194,7 @@ function pathOf (r: DataRequest): string {
   if (r.structure === 'extra-segment') return `/api/${s.join('/')}/extra`
   if (r.structure === 'missing-segment') return `/api/${s.slice(0, 5).join('/')}`
   if (r.structure === 'double-slash') return `/api/${s.slice(0, 2).join('/')}//${s.slice(2).join('/')}`
+  if (r.structure === 'dot-dot') return `/api/${s.join('/')}/../2`
   return `/api/${s.join('/')}`
 }
 
@@ -202,13 +205,16 @@ function headersOf (r: DataRequest): Record<string, string> {
   if (h.kind === 'bearer-extra') headers.authorization = `Bearer ${h.key.value} extra`
   if (h.kind === 'not-bearer') headers.authorization = h.value
   if (r.idempotencyKey !== undefined) headers['idempotency-key'] = r.idempotencyKey
-  const contentTypes = { json: 'application/json', 'bad-json': 'application/json', 'empty-json': 'application/json', text: 'text/plain', octet: 'application/octet-stream' }
+  const contentTypes = { json: 'application/json', 'bad-json': 'application/json', 'empty-json': 'application/json', text: 'text/plain', octet: 'application/octet-stream', huge: 'application/json' }
   if (r.body !== 'none') headers['content-type'] = contentTypes[r.body]
   return headers
 }
 
+/** Over Fastify's default bodyLimit of 1 MiB. */
+const HUGE = `{"run":"${'x'.repeat(1024 * 1024)}"}`
+
 function bodyOf (r: DataRequest): string | undefined {
-  return { none: undefined, json: '{"run":"now","__proto__x":1}', 'bad-json': '{"run":', 'empty-json': '', text: 'run it', octet: '\u0001\u0002' }[r.body]
+  return { none: undefined, json: '{"run":"now","__proto__x":1}', 'bad-json': '{"run":', 'empty-json': '', text: 'run it', octet: '\u0001\u0002', huge: HUGE }[r.body]
 }
 
 interface Answer { status: number, headers: Record<string, unknown>, body: string }
@@ -282,7 +288,8 @@ function requestArbitrary (keys: Keys, transport: 'inject' | 'http'): fc.Arbitra
       fc.constantFrom('Dataset', 'datasets', 'job', '', 'dataset\0', 'x'.repeat(MAX_PARAM_LENGTH + 1))).map((x) => segment(x)),
     rs: seg(sequenceText),
     structure: fc.oneof({ weight: 12, arbitrary: fc.constant('exact' as const) },
-      fc.constantFrom('trailing-slash' as const, 'extra-segment' as const, 'missing-segment' as const, 'double-slash' as const)),
+      fc.constantFrom('trailing-slash' as const, 'extra-segment' as const, 'missing-segment' as const, 'double-slash' as const,
+        ...(transport === 'http' ? ['dot-dot' as const] : []))),
     queryKey,
     headerKey: header,
     params: fc.record({
@@ -296,15 +303,16 @@ function requestArbitrary (keys: Keys, transport: 'inject' | 'http'): fc.Arbitra
       { weight: 2, arbitrary: fc.uuid().map((u) => `run-${u}`) },
       { weight: 1, arbitrary: fc.constantFrom('', 'x'.repeat(256), 'with space', 'a\tb') }),
     body: fc.oneof({ weight: 6, arbitrary: fc.constant('none' as const) },
-      fc.constantFrom('json' as const, 'bad-json' as const, 'empty-json' as const, 'text' as const, 'octet' as const)),
+      fc.constantFrom('json' as const, 'bad-json' as const, 'empty-json' as const, 'text' as const, 'octet' as const, 'huge' as const)),
     client: transport === 'inject'
       ? fc.oneof({ weight: 8, arbitrary: fc.constant('127.0.0.1') }, fc.constantFrom('::1', REMOTE))
       : fc.constant('127.0.0.1')
   })
-  // Over HTTP, Node refuses a request head over 16 KB (431): stay well under it.
+  // Over HTTP, Node refuses a request head over 16 KB (431): stay well under
+  // it. A huge body is left to inject: refused early, its sender sees a reset.
   return transport === 'inject'
     ? request
-    : request.filter((r) => pathOf(r).length + queryString(r).length + JSON.stringify(headersOf(r)).length < 12_000)
+    : request.filter((r) => r.body !== 'huge' && pathOf(r).length + queryString(r).length + JSON.stringify(headersOf(r)).length < 12_000)
 }
 
 // ---- checking one answer -------------------------------------------------
