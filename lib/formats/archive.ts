@@ -1,4 +1,3 @@
-import { once } from 'node:events'
 import { createReadStream } from 'node:fs'
 import { mkdtemp, open, rm, type FileHandle } from 'node:fs/promises'
 import { tmpdir } from 'node:os'

@@ -63,12 +63,8 @@ export const DATE_MASK = 'YYYY-MM-DD'
 export const TIMESTAMP_MASK = 'YYYY-MM-DD HH24:MI:SS.FF'
 export const TIMESTAMP_TZ_MASK = 'YYYY-MM-DD HH24:MI:SS.FF TZH:TZM'
 
-/** The longest value (in UTF-16 units) written per column, to size CHAR(n). */
+/** The longest field (in UTF-16 units, quotes doubled) written per column, to size CHAR(n). */
 type Widths = number[]
-
-function enclose (s: string): string {
-  return '"' + s.replaceAll('"', '""') + '"'
-}
 
 function datCell (column: Column, widths: Widths, index: number): CellWriter {
   const text = canonicalText(column)
@@ -78,7 +74,7 @@ function datCell (column: Column, widths: Widths, index: number): CellWriter {
   }
   switch (column.type) {
     case 'boolean': return (v) => { const b = booleanValue(v); return b === null ? '' : b ? '1' : '0' }
-    case 'text': case 'json': return (v) => { const s = text(v); return s === null ? '' : enclose(track(s)) }
+    case 'text': case 'json': return (v) => { const s = text(v); return s === null ? '' : '"' + track(s.replaceAll('"', '""')) + '"' }
     case 'binary': return (v) => {
       const b = binaryValue(v)
       if (b === null) return ''

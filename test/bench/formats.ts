@@ -11,7 +11,9 @@
 // The children run compiled JavaScript under plain node (this file and what
 // it imports, built with tsc into a temporary directory first), as a server
 // in production would: tsx alone would add some 60 MB to every RSS.
-// Env: BENCH_ROWS, BENCH_CASES (comma-separated query strings, e.g.
+// Every case runs BENCH_REPEAT times (default 3): the table shows the median
+// rows/s and the highest peak RSS of the runs.
+// Env: BENCH_ROWS, BENCH_REPEAT, BENCH_CASES (comma-separated query strings, e.g.
 // "format=json,format=csv-zip&archiveType=tar"), BENCH_NODE_ARGS (node
 // options for the children, e.g. "--max-semi-space-size=4").
 import { execFileSync, fork, type ChildProcess } from 'node:child_process'
@@ -27,6 +29,7 @@ import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DatasetSo
 import { MemoryJobs } from '../fixtures.js'
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
+const REPEAT = Number(process.env.BENCH_REPEAT ?? 3)
 const CASES = (process.env.BENCH_CASES ?? [
   'format=sql', 'format=json', 'format=csv-zip', 'format=json-zip', 'format=oracle-loader',
   'format=csv-zip&archiveType=tar', 'format=json-zip&archiveType=tar', 'format=oracle-loader&archiveType=tar'
@@ -170,26 +173,33 @@ async function main (): Promise<void> {
     createTable(file)
     console.log('done')
 
-    const base = child('--baseline', file)
-    const b = await message<{ rows: number, bytes: number, seconds: number, idleMB: number } & Memory>(base)
-    const baseRate = b.rows / b.seconds
-    const lines = [
-      `| case | rows/s | MB/s | size (MB) | peak RSS (MB, maxRSS / sampled) | RSS before (MB) | vs baseline |`,
-      `|---|---:|---:|---:|---:|---:|---:|`,
-      `| baseline: iterate + JSON.stringify | ${Math.round(baseRate).toLocaleString('en')} | ${(b.bytes / 2 ** 20 / b.seconds).toFixed(1)} | ${(b.bytes / 2 ** 20).toFixed(1)} | ${b.maxRssMB.toFixed(0)} / ${b.sampledMB.toFixed(0)} | ${b.idleMB.toFixed(0)} | 1.00 |`
-    ]
-    console.log(lines.join('\n'))
+    const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
+    const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(1)
+    const baseRuns: Array<{ rows: number, bytes: number, seconds: number, idleMB: number } & Memory> = []
+    for (let i = 0; i < REPEAT; i++) baseRuns.push(await message(child('--baseline', file)))
+    const baseRate = median(baseRuns.map((r) => r.rows / r.seconds))
+    const b = baseRuns[0]
+    const peak = (runs: Memory[]): string => `${Math.max(...runs.map((r) => r.maxRssMB)).toFixed(0)} / ${Math.max(...runs.map((r) => r.sampledMB)).toFixed(0)}`
+    console.log([
+      `${ROWS.toLocaleString('en')} rows, median of ${REPEAT} runs, node ${process.version}`,
+      '| case | rows/s | MB/s | size (MB) | peak RSS (MB, maxRSS / sampled) | RSS before (MB) | vs baseline |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+      `| baseline: iterate + JSON.stringify | ${Math.round(baseRate).toLocaleString('en')} | ${mb(b.bytes * baseRate / b.rows)} | ${mb(b.bytes)} | ${peak(baseRuns)} | ${b.idleMB.toFixed(0)} | 1.00 |`
+    ].join('\n'))
     for (const query of CASES) {
-      const server = child('--serve', file)
-      const { port, key, idleMB } = await message<{ port: number, key: string, idleMB: number }>(server)
-      const result = await download(port, `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`)
-      const memory = message<Memory>(server)
-      server.send('report')
-      const m = await memory
-      const rate = ROWS / result.seconds
-      const line = `| ${query} | ${Math.round(rate).toLocaleString('en')} | ${(result.bytes / 2 ** 20 / result.seconds).toFixed(1)} | ${(result.bytes / 2 ** 20).toFixed(1)} | ${m.maxRssMB.toFixed(0)} / ${m.sampledMB.toFixed(0)} | ${idleMB.toFixed(0)} | ${(rate / baseRate).toFixed(2)} |`
-      if (result.status !== 200) throw new Error(`${query}: status ${result.status}`)
-      console.log(line)
+      const runs: Array<{ seconds: number, bytes: number, idleMB: number } & Memory> = []
+      for (let i = 0; i < REPEAT; i++) {
+        const server = child('--serve', file)
+        const { port, key, idleMB } = await message<{ port: number, key: string, idleMB: number }>(server)
+        const result = await download(port, `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`)
+        if (result.status !== 200) throw new Error(`${query}: status ${result.status}`)
+        const memory = message<Memory>(server)
+        server.send('report')
+        runs.push({ ...result, idleMB, ...(await memory) })
+      }
+      const rate = median(runs.map((r) => ROWS / r.seconds))
+      const { bytes } = runs[0]
+      console.log(`| ${query} | ${Math.round(rate).toLocaleString('en')} | ${mb(bytes * rate / ROWS)} | ${mb(bytes)} | ${peak(runs)} | ${runs[0].idleMB.toFixed(0)} | ${(rate / baseRate).toFixed(2)} |`)
     }
   } finally {
     rmSync(dir, { recursive: true, force: true })
