@@ -237,8 +237,9 @@ t.test('sample datasets stream from SQLite', async (t) => {
   t.equal(await count(undefined, 10), 10, 'and stops reading when the signal aborts')
 
   // Two streams at once, and a write on the other connection while they are open.
-  const a = events.rows('events', { signal: new AbortController().signal })[Symbol.asyncIterator]()
-  const b = events.rows('events', { signal: new AbortController().signal })[Symbol.asyncIterator]()
+  // (rows() may return a plain iterable too; this source's is async.)
+  const a = (events.rows('events', { signal: new AbortController().signal }) as AsyncIterable<readonly unknown[]>)[Symbol.asyncIterator]()
+  const b = (events.rows('events', { signal: new AbortController().signal }) as AsyncIterable<readonly unknown[]>)[Symbol.asyncIterator]()
   t.same([(await a.next()).value?.[0], (await b.next()).value?.[0], (await a.next()).value?.[0]], [1, 1, 2])
   const jobs = new SampleJobs(db)
   await (await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 1 }))?.start(randomUUID())
