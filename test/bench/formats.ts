@@ -15,7 +15,7 @@
 // rows/s and the highest peak RSS of the runs.
 // Env: BENCH_ROWS, BENCH_REPEAT, BENCH_CASES (comma-separated query strings, e.g.
 // "format=json,format=csv-zip&archiveType=tar"), BENCH_NODE_ARGS (node
-// options for the children, e.g. "--max-semi-space-size=4").
+// options for the children, e.g. "--max-old-space-size=96"), BENCH_SOURCE=async.
 import { execFileSync, fork, type ChildProcess } from 'node:child_process'
 import { copyFileSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -61,8 +61,13 @@ async function serve (file: string): Promise<void> {
   const dataset: Dataset = {
     name: 'events',
     entities: [{ name: 'events', columns: COLUMNS }],
-    // better-sqlite3's cursor as it is: a plain iterator, read a chunk at a time.
-    rows: (_entity, { limit }) => db.prepare(limit === undefined ? SELECT : `${SELECT} LIMIT ${limit}`).raw().iterate() as Iterable<unknown[]>
+    // better-sqlite3's cursor as it is: a plain iterator, read a chunk at a
+    // time. BENCH_SOURCE=async wraps it in an async generator instead, as a
+    // host with an asynchronous driver would hand rows over.
+    rows: (_entity, { limit }) => {
+      const rows = db.prepare(limit === undefined ? SELECT : `${SELECT} LIMIT ${limit}`).raw().iterate() as Iterable<unknown[]>
+      return process.env.BENCH_SOURCE === 'async' ? (async function * () { yield * rows })() : rows
+    }
   }
   const datasets: DatasetSource = { getDataset: async (ref) => (ref.resourceSequence === 1 ? dataset : null) }
   const jobs = new MemoryJobs()
@@ -181,7 +186,7 @@ async function main (): Promise<void> {
     const b = baseRuns[0]
     const peak = (runs: Memory[]): string => `${Math.max(...runs.map((r) => r.maxRssMB)).toFixed(0)} / ${Math.max(...runs.map((r) => r.sampledMB)).toFixed(0)}`
     console.log([
-      `${ROWS.toLocaleString('en')} rows, median of ${REPEAT} runs, node ${process.version}`,
+      `${ROWS.toLocaleString('en')} rows, median of ${REPEAT} runs, node ${process.version}, ${process.env.BENCH_SOURCE === 'async' ? 'async generator' : 'plain iterator'} source`,
       '| case | rows/s | MB/s | size (MB) | peak RSS (MB, maxRSS / sampled) | RSS before (MB) | vs baseline |',
       '|---|---:|---:|---:|---:|---:|---:|',
       `| baseline: iterate + JSON.stringify | ${Math.round(baseRate).toLocaleString('en')} | ${mb(b.bytes * baseRate / b.rows)} | ${mb(b.bytes)} | ${peak(baseRuns)} | ${b.idleMB.toFixed(0)} | 1.00 |`
