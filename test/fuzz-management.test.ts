@@ -344,7 +344,7 @@ const command: fc.Arbitrary<Command> = fc.record({
     { weight: 2, arbitrary: fc.constantFrom<Route>('listKeys', 'listEndpoints', 'noRoute') }
   ),
   noRouteShape: fc.integer({ min: 0, max: 4 }),
-  org: moniker('acme', 'acme'),
+  org: moniker('acme', 'globex'),
   project: moniker('shop', 'other'),
   keyRef: fc.oneof({ weight: 8, arbitrary: fc.nat(20).map((index): KeyRef => ({ kind: 'created', index })) },
     { weight: 1, arbitrary: keyIdText.map((text): KeyRef => ({ kind: 'literal', text })) }),
