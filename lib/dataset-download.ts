@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from './api-key.js'
 import type { Dataset, Entity } from './dataset-source.js'
@@ -58,7 +59,7 @@ export function contentDisposition (fileName: string): string {
 /**
  * Answers a dataset GET whose key is verified and whose dataset exists.
  * Everything that can fail before the first byte (query, model, Oracle
- * names) fails here, as a JSON error. Once the body streams, a failure
+ * names, the first 64 KiB) fails here, as a JSON error. Once the body streams, a failure
  * destroys the connection (Fastify does so for a stream that errors after
  * its headers), so the client sees an incomplete response, never a file that
  * looks whole.
@@ -87,18 +88,78 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     archiveType: q.archiveType,
     signal: abort.signal
   })
-  // Runs before Fastify's own listener, which logs the error with its message
-  // and stack, and a host's message may quote a key.
-  download.body.prependListener('error', (err: unknown) => {
-    if (!(err instanceof Error)) return
-    err.message = redactKeys(err.message)
-    if (typeof err.stack === 'string') err.stack = redactKeys(err.stack)
-    noteFailure(request, `Download failed after it started: ${err.message}`)
-  })
+  let body: Buffer | Readable
+  try {
+    body = await wholeIfSmall(download.body, abort.signal)
+  } catch (err) {
+    // The client left before anything was sent: there is no one to answer
+    // (the close is logged by the data routes).
+    if (abort.signal.aborted) return reply.hijack()
+    throw err
+  }
+  if (body instanceof Readable) {
+    // Runs before Fastify's own listener, which logs the error with its message
+    // and stack, and a host's message may quote a key.
+    body.prependListener('error', (err: unknown) => {
+      if (!(err instanceof Error)) return
+      err.message = redactKeys(err.message)
+      if (typeof err.stack === 'string') err.stack = redactKeys(err.stack)
+      noteFailure(request, `Download failed after it started: ${err.message}`)
+    })
+  }
   return reply
     .type(download.contentType)
     .header('content-disposition', contentDisposition(download.fileName))
     .header('x-content-type-options', 'nosniff')
     .header('cache-control', 'no-store')
-    .send(download.body)
+    .send(body)
+}
+
+/** Below this size a download is sent in one piece, with a Content-Length. */
+export const WHOLE_BODY_LIMIT = 64 * 1024
+
+/**
+ * Reads the start of a download. A body that ends within WHOLE_BODY_LIMIT
+ * comes back as one buffer: one write instead of a chunked stream, which
+ * makes small downloads nearly as cheap as a plain route, and a failure this
+ * early still becomes a JSON error. A longer body comes back as a stream that
+ * replays what was read and then carries on, with the source's backpressure.
+ */
+export async function wholeIfSmall (body: Readable, signal: AbortSignal): Promise<Buffer | Readable> {
+  const iterator = body[Symbol.asyncIterator]()
+  const head: Buffer[] = []
+  let size = 0
+  // Nothing is piped to the client yet, so nothing else would stop the read.
+  const stop = (): void => { body.destroy() }
+  signal.addEventListener('abort', stop, { once: true })
+  try {
+    while (size < WHOLE_BODY_LIMIT) {
+      const next = await iterator.next()
+      if (next.done === true) return Buffer.concat(head, size)
+      const chunk = Buffer.isBuffer(next.value) ? next.value : Buffer.from(next.value as string)
+      head.push(chunk)
+      size += chunk.length
+    }
+  } catch (err) {
+    body.destroy()
+    throw err
+  } finally {
+    signal.removeEventListener('abort', stop)
+  }
+  return Readable.from(replay(head, iterator), { objectMode: false })
+}
+
+async function * replay (head: Buffer[], rest: AsyncIterator<unknown>): AsyncGenerator<Buffer> {
+  try {
+    yield * head
+    head.length = 0
+    while (true) {
+      const next = await rest.next()
+      if (next.done === true) return
+      yield next.value as Buffer
+    }
+  } finally {
+    // Destroyed early (the client left): end the source stream too.
+    await rest.return?.()
+  }
 }
