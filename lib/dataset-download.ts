@@ -88,7 +88,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     archiveType: q.archiveType,
     signal: abort.signal
   })
-  let body: Buffer | Readable
+  let body: Buffer | string | Readable
   try {
     body = await wholeIfSmall(download.body, abort.signal)
   } catch (err) {
@@ -118,30 +118,45 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
 /** Below this size a download is sent in one piece, with a Content-Length. */
 export const WHOLE_BODY_LIMIT = 64 * 1024
 
+type Chunk = string | Uint8Array
+
+function byteLength (chunk: Chunk): number {
+  return typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.byteLength
+}
+
 /**
  * Reads the start of a download. A body that ends within WHOLE_BODY_LIMIT
- * comes back as one buffer: one write instead of a chunked stream, which
- * makes small downloads nearly as cheap as a plain route, and a failure this
- * early still becomes a JSON error. A longer body comes back as a stream that
- * replays what was read and then carries on, with the source's backpressure.
+ * comes back whole (a string when the format wrote text): one write instead
+ * of a chunked stream, which makes small downloads nearly as cheap as a plain
+ * route, and a failure this early still becomes a JSON error. A longer body
+ * comes back as a stream that replays what was read and then carries on,
+ * with the source's backpressure.
  */
-export async function wholeIfSmall (body: Readable, signal: AbortSignal): Promise<Buffer | Readable> {
+export async function wholeIfSmall (body: AsyncIterable<Chunk>, signal: AbortSignal): Promise<Buffer | string | Readable> {
   const iterator = body[Symbol.asyncIterator]()
-  const head: Buffer[] = []
+  const head: Chunk[] = []
   let size = 0
   // Nothing is piped to the client yet, so nothing else would stop the read.
-  const stop = (): void => { body.destroy() }
+  // A stream is destroyed at once; a generator ends at its next step (and
+  // its source sees the aborted signal).
+  const stop = (): void => {
+    if (body instanceof Readable) body.destroy()
+    else iterator.return?.().catch(() => {})
+  }
   signal.addEventListener('abort', stop, { once: true })
   try {
     while (size < WHOLE_BODY_LIMIT) {
       const next = await iterator.next()
-      if (next.done === true) return Buffer.concat(head, size)
-      const chunk = Buffer.isBuffer(next.value) ? next.value : Buffer.from(next.value as string)
-      head.push(chunk)
-      size += chunk.length
+      if (next.done === true) {
+        return head.every((c) => typeof c === 'string')
+          ? head.join('')
+          : Buffer.concat(head.map((c) => (typeof c === 'string' ? Buffer.from(c) : c)))
+      }
+      head.push(next.value)
+      size += byteLength(next.value)
     }
   } catch (err) {
-    body.destroy()
+    await iterator.return?.().catch(() => {})
     throw err
   } finally {
     signal.removeEventListener('abort', stop)
@@ -149,17 +164,17 @@ export async function wholeIfSmall (body: Readable, signal: AbortSignal): Promis
   return Readable.from(replay(head, iterator), { objectMode: false })
 }
 
-async function * replay (head: Buffer[], rest: AsyncIterator<unknown>): AsyncGenerator<Buffer> {
+async function * replay (head: Chunk[], rest: AsyncIterator<Chunk>): AsyncGenerator<Chunk> {
   try {
     yield * head
     head.length = 0
     while (true) {
       const next = await rest.next()
       if (next.done === true) return
-      yield next.value as Buffer
+      yield next.value
     }
   } finally {
-    // Destroyed early (the client left): end the source stream too.
+    // Destroyed early (the client left): end the source too.
     await rest.return?.()
   }
 }

@@ -8,9 +8,9 @@ import yauzl from 'yauzl'
 // quoted), a reader for the SQL*Loader .dat files, and zip and tar readers
 // built on yauzl and tar-stream.
 
-export async function collect (body: Readable | AsyncIterable<Buffer | string>): Promise<Buffer> {
+export async function collect (body: Readable | AsyncIterable<Uint8Array | string>): Promise<Buffer> {
   const chunks: Buffer[] = []
-  for await (const chunk of body) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk)
+  for await (const chunk of body) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array))
   return Buffer.concat(chunks)
 }
 

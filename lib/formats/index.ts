@@ -1,4 +1,3 @@
-import type { Readable } from 'node:stream'
 import type { Dataset, Entity } from '../dataset-source.js'
 import { csvZipFormat } from './csv.js'
 import { jsonFormat, jsonZipFormat } from './json.js'
@@ -28,7 +27,11 @@ export interface Download {
   contentType: string
   /** file name for Content-Disposition, extension included */
   fileName: string
-  body: Readable
+  /**
+   * The bytes, pulled as the client reads: a generator of text chunks (sql,
+   * json) or an archive's Readable. Returning its iterator stops the read.
+   */
+  body: AsyncIterable<string | Uint8Array>
 }
 
 /** Builds the download; throws (before anything is sent) when the model cannot be written. */

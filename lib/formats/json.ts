@@ -1,4 +1,3 @@
-import { Readable } from 'node:stream'
 import type { Column, Entity, Row } from '../dataset-source.js'
 import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
@@ -57,7 +56,7 @@ async function * jsonDocument (spec: DownloadSpec): AsyncGenerator<string> {
 export const jsonFormat: DownloadFormat = (spec) => ({
   contentType: 'application/json; charset=utf-8',
   fileName: `${spec.dataset.name}.json`,
-  body: Readable.from(jsonDocument(spec), { objectMode: false })
+  body: jsonDocument(spec)
 })
 
 /** `json-zip`: `<entity>.json` per entity, each an array of row objects. */

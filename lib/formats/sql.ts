@@ -1,4 +1,3 @@
-import { Readable } from 'node:stream'
 import type { Column, Entity, Row } from '../dataset-source.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
 import { entityChunks, rowWriter, separated, type CellWriter, type EntityText } from './rows.js'
@@ -133,5 +132,5 @@ async function * sqlScript (spec: DownloadSpec): AsyncGenerator<string> {
 export const sqlFormat: DownloadFormat = (spec) => ({
   contentType: 'application/sql; charset=utf-8',
   fileName: `${spec.dataset.name}.sql`,
-  body: Readable.from(sqlScript(spec), { objectMode: false })
+  body: sqlScript(spec)
 })
