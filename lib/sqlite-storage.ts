@@ -117,15 +117,17 @@ export class SqliteStorage implements Storage {
     this.migrate()
     const db = this.db
     this.statements = {
-      lookup: db.prepare<[string | null, string, string, number, string, number], {
-        endpoint_id: string, key_id: string | null, hash: string | null, is_active: number | null
-      }>(
+      // Runs on every data request: rows as arrays (raw), which better-sqlite3
+      // hands back faster than objects.
+      lookup: db.prepare<[string | null, string, string, number, string, number],
+        [endpointId: string, keyId: string | null, hash: string | null, isActive: number | null]
+      >(
         `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active
            FROM endpoints e
            LEFT JOIN endpoint_keys ek ON ek.endpoint_id = e.id
                  AND ek.key_id = (SELECT id FROM api_keys WHERE prefix = ?)
            LEFT JOIN api_keys k ON k.id = ek.key_id
-          WHERE e.organization = ? AND e.project = ? AND e.model_sequence = ? AND e.type = ? AND e.resource_sequence = ?`),
+          WHERE e.organization = ? AND e.project = ? AND e.model_sequence = ? AND e.type = ? AND e.resource_sequence = ?`).raw(),
       addCalls: db.prepare<[number, string]>('UPDATE endpoints SET calls = calls + ? WHERE id = ?'),
       touchKey: db.prepare<[number, string]>(
         'UPDATE api_keys SET updated_at = MAX(COALESCE(updated_at, 0), ?) WHERE id = ?'),
@@ -187,12 +189,11 @@ export class SqliteStorage implements Storage {
   }
 
   async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
-    const row = this.statements.lookup.get(prefix, ...locatorParams(locator))
+    const l = locator
+    const row = this.statements.lookup.get(prefix, l.organization, l.project, l.modelSequence, l.type, l.resourceSequence)
     if (row === undefined) return null
-    return {
-      endpointId: row.endpoint_id,
-      key: row.key_id === null ? null : { id: row.key_id, hash: row.hash as string, isActive: row.is_active === 1 }
-    }
+    const [endpointId, keyId, hash, isActive] = row
+    return { endpointId, key: keyId === null ? null : { id: keyId, hash: hash as string, isActive: isActive === 1 } }
   }
 
   async applyUsage (batch: UsageBatch): Promise<void> {
