@@ -1,6 +1,7 @@
 // A host with the plugin for the benchmarks, run in its own process so the
 // load generator does not share its event loop. It serves, in the same app:
 //   /bare                       the bytes of the small dataset as json, no plugin work
+//   /bare/unauthenticated       the same json made by the plugin's download code, no key check
 //   /api/acme/shop/model/1/...  the plugin's routes (dataset 1 small, pipeline 1)
 // Management: any request with `x-permissions: ManageAPIKeys`.
 // Env: BENCH_THROTTLE=off disables the failure throttle. Prints "port <n>".
@@ -10,6 +11,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Fastify from 'fastify'
 import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
+import { sendDataset } from '../../lib/dataset-download.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'fde-bench-'))
@@ -34,6 +36,15 @@ await app.register(dataEndpoints, {
 let bareBody = ''
 app.get('/bare', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
 app.get('/bare/pipeline', async () => ({ job_id: randomUUID(), job_url: 'http://x/api/job/' }))
+// The server's CPU time so far, so the runner can tell CPU per request.
+app.get('/bench/cpu', async () => process.cpuUsage())
+// The same download code as the plugin's route, without the key check: what
+// verification adds is the difference between this and the plugin's route.
+app.get('/bare/unauthenticated', async (request, reply) => {
+  const dataset = await datasets.getDataset(SALES_REF)
+  if (dataset === null) throw new Error('no sample dataset')
+  return sendDataset(request, reply, dataset)
+})
 
 await app.listen({ host: '127.0.0.1', port: 0 })
 const address = app.server.address()

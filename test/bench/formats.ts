@@ -16,17 +16,17 @@
 // Env: BENCH_ROWS, BENCH_REPEAT, BENCH_CASES (comma-separated query strings, e.g.
 // "format=json,format=csv-zip&archiveType=tar"), BENCH_NODE_ARGS (node
 // options for the children, e.g. "--max-old-space-size=96"), BENCH_SOURCE=async.
-import { execFileSync, fork, type ChildProcess } from 'node:child_process'
-import { copyFileSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
-import { createRequire } from 'node:module'
+import { fork, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
 import http from 'node:http'
 import { tmpdir } from 'node:os'
-import { dirname, join, relative, resolve } from 'node:path'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import Database from 'better-sqlite3'
 import Fastify from 'fastify'
 import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DatasetSource } from '../../lib/index.js'
 import { MemoryJobs } from '../fixtures.js'
+import { compileForBench } from './compile.js'
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 const REPEAT = Number(process.env.BENCH_REPEAT ?? 3)
@@ -128,17 +128,9 @@ function createTable (file: string): void {
   db.close()
 }
 
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
-
 /** Compiles this file and its imports to `dir`; returns the compiled path of this file. */
 function compile (dir: string): string {
-  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
-  const self = fileURLToPath(import.meta.url)
-  execFileSync(process.execPath, [tsc, '--outDir', dir, '--rootDir', REPO, '--module', 'nodenext', '--moduleResolution', 'nodenext',
-    '--target', 'es2022', '--esModuleInterop', '--skipLibCheck', '--noCheck', '--types', 'node', self], { stdio: 'inherit' })
-  symlinkSync(join(REPO, 'node_modules'), join(dir, 'node_modules'), 'dir')
-  copyFileSync(join(REPO, 'package.json'), join(dir, 'package.json'))
-  return join(dir, relative(REPO, self).replace(/\.ts$/, '.js'))
+  return compileForBench(fileURLToPath(import.meta.url), dir)
 }
 
 let compiled = ''

@@ -1,6 +1,6 @@
 // Benchmarks of the request path (issue "3 ·"), each against a bare Fastify
 // route in the same server and the same run. Not a test: run it with
-//   npx tsx test/bench/verification.ts [seconds-per-run]
+//   npx tsx test/bench/verification.ts [seconds-per-run] [scenarios, e.g. ad]
 // and record the printed table in BENCHMARKS.md.
 //   (a) authenticated format=json GET of a small dataset vs the bare route
 //   (b) first-request verification cost with 1, 10 and 100 keys assigned
@@ -11,15 +11,26 @@ import { cpus, totalmem } from 'node:os'
 import { once } from 'node:events'
 import { createInterface } from 'node:readline'
 import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
+import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 10)
+// Which scenarios to run, e.g. `ad`; all by default.
+const only = process.argv[3] ?? 'abcd'
 const ADMIN = { 'x-permissions': 'ManageAPIKeys', 'content-type': 'application/json' }
 
 interface Server { child: ChildProcess, base: string }
 
+// The server runs compiled, under plain node (see compile.ts).
+const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
+process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
+const serverEntry = compileForBench(join(REPO, 'test/bench/bench-server.ts'), buildDir)
+
 async function startServer (env: Record<string, string> = {}): Promise<Server> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/bench/bench-server.ts'], {
+  const child = spawn(process.execPath, [serverEntry], {
     env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit']
   })
   const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
@@ -47,12 +58,30 @@ async function newKeys (base: string, n: number): Promise<Array<{ id: string, ke
   return keys
 }
 
-async function load (options: Options): Promise<Result> {
-  return autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
+type Run = Result & { cpuPerRequest: number }
+
+async function serverCpu (url: string): Promise<number> {
+  const { user, system } = await (await fetch(new URL('/bench/cpu', url))).json() as { user: number, system: number }
+  return user + system
+}
+
+/**
+ * One autocannon run, with the server's CPU time per request (microseconds):
+ * steadier than throughput when the load generator shares the machine.
+ */
+async function load (options: Options): Promise<Run> {
+  const before = await serverCpu(options.url)
+  const result = await autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
+  const cpu = await serverCpu(options.url) - before
+  return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
 }
 
 function rate (r: Result): number {
   return Math.round(r.requests.average)
+}
+
+function cpu (r: Run): string {
+  return r.cpuPerRequest.toFixed(0)
 }
 
 const DATASET = '/api/acme/shop/model/1/dataset/1'
@@ -61,7 +90,7 @@ const rows: string[][] = []
 const note = (...cells: Array<string | number>): void => { rows.push(cells.map(String)) }
 
 // (a) and (d)
-{
+if (only.includes('a') || only.includes('d')) {
   const server = await startServer()
   const [k] = await newKeys(server.base, 1)
   await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [k.id] })
@@ -70,23 +99,29 @@ const note = (...cells: Array<string | number>): void => { rows.push(cells.map(S
   await load({ url: server.base + '/bare', duration: 2 }) // warm-up
   await load({ url: `${server.base}${DATASET}?format=json`, headers: auth, duration: 2 })
   const bare = await load({ url: server.base + '/bare' })
+  const unauthenticated = await load({ url: `${server.base}/bare/unauthenticated?format=json` })
   const data = await load({ url: `${server.base}${DATASET}?format=json`, headers: auth })
   const bare2 = await load({ url: server.base + '/bare' })
   const bareRate = (rate(bare) + rate(bare2)) / 2
-  note('(a) bare route, same bytes (mean of runs before and after)', Math.round(bareRate), `${bare.latency.p99} / ${bare2.latency.p99}`, '1.00')
-  note('(a) authenticated json GET, Bearer', rate(data), data.latency.p99, (rate(data) / bareRate).toFixed(2))
-  if (data.non2xx > 0) throw new Error(`(a) ${data.non2xx} non-2xx answers`)
+  const bareCpu = (bare.cpuPerRequest + bare2.cpuPerRequest) / 2
+  note('(a) bare route, same bytes precomputed (mean of runs before and after)', Math.round(bareRate), `${bare.latency.p99} / ${bare2.latency.p99}`, bareCpu.toFixed(0), '1.00', '1.00')
+  note('(a) bare route, same bytes made by the download code, no key check', rate(unauthenticated), unauthenticated.latency.p99, cpu(unauthenticated),
+    (rate(unauthenticated) / bareRate).toFixed(2), (bareCpu / unauthenticated.cpuPerRequest).toFixed(2))
+  note('(a) authenticated json GET, Bearer', rate(data), data.latency.p99, cpu(data), (rate(data) / bareRate).toFixed(2), (bareCpu / data.cpuPerRequest).toFixed(2))
+  note('(a) verification alone: authenticated / download code without key check', '', '', '',
+    (rate(data) / rate(unauthenticated)).toFixed(2), (unauthenticated.cpuPerRequest / data.cpuPerRequest).toFixed(2))
+  if (data.non2xx > 0 || unauthenticated.non2xx > 0) throw new Error(`(a) ${data.non2xx} non-2xx answers`)
 
   const barePost = await load({ url: server.base + '/bare/pipeline' })
   const post = await load({ url: server.base + PIPELINE, method: 'POST', headers: auth })
-  note('(d) bare route, job-reference JSON', rate(barePost), barePost.latency.p99, '1.00')
-  note('(d) pipeline POST', rate(post), post.latency.p99, (rate(post) / rate(barePost)).toFixed(2))
+  note('(d) bare route, job-reference JSON', rate(barePost), barePost.latency.p99, cpu(barePost), '1.00', '1.00')
+  note('(d) pipeline POST', rate(post), post.latency.p99, cpu(post), (rate(post) / rate(barePost)).toFixed(2), (barePost.cpuPerRequest / post.cpuPerRequest).toFixed(2))
   if (post.non2xx > 0) throw new Error(`(d) ${post.non2xx} non-2xx answers`)
   await stopServer(server)
 }
 
 // (b): first request of each of 10 keys, with 1, 10 and 100 keys assigned.
-{
+if (only.includes('b')) {
   const server = await startServer()
   for (const assigned of [1, 10, 100]) {
     await call(server.base, 'DELETE', '/api-keys/acme/shop/endpoints/1/dataset/1').catch(() => {})
@@ -104,13 +139,13 @@ const note = (...cells: Array<string | number>): void => { rows.push(cells.map(S
       if (res.status !== 200) throw new Error(`(b) status ${res.status}`)
     }
     samples.sort((x, y) => x - y)
-    note(`(b) first request, ${assigned} key(s) assigned: median ms (min-max)`, samples[5].toFixed(1), `${samples[0].toFixed(1)}-${samples[9].toFixed(1)}`, '')
+    note(`(b) first request, ${assigned} key(s) assigned: median ms (min-max)`, samples[5].toFixed(1), `${samples[0].toFixed(1)}-${samples[9].toFixed(1)}`, '', '', '')
   }
   await stopServer(server)
 }
 
 // (c): legitimate traffic alone, then during a flood of wrong secrets on its prefix.
-for (const throttle of ['on', 'off']) {
+for (const throttle of only.includes('c') ? ['on', 'off'] : []) {
   const server = await startServer(throttle === 'off' ? { BENCH_THROTTLE: 'off' } : {})
   const [k] = await newKeys(server.base, 1)
   await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [k.id] })
@@ -131,15 +166,15 @@ for (const throttle of ['on', 'off']) {
   const during = await load(legitOptions)
   const flood = await floodRun
   const ratio = (rate(during) / rate(alone)).toFixed(2)
-  note(`(c) throttle ${throttle}: legitimate alone (10 conns)`, rate(alone), alone.latency.p99, '1.00')
-  note(`(c) throttle ${throttle}: legitimate during flood`, rate(during), during.latency.p99, ratio)
+  note(`(c) throttle ${throttle}: legitimate alone (10 conns)`, rate(alone), alone.latency.p99, cpu(alone), '1.00', '')
+  note(`(c) throttle ${throttle}: legitimate during flood`, rate(during), during.latency.p99, '', ratio, '')
   const codes = Object.entries(flood.statusCodeStats ?? {}).map(([c, s]) => `${c}:${(s as { count: number }).count}`).join(' ')
-  note(`(c) throttle ${throttle}: flood (50 conns, random secrets) [${codes}]`, rate(flood), flood.latency.p99, '')
+  note(`(c) throttle ${throttle}: flood (50 conns, random secrets) [${codes}]`, rate(flood), flood.latency.p99, '', '', '')
   if (during.non2xx > 0) throw new Error(`(c) ${during.non2xx} legitimate requests failed`)
   await stopServer(server)
 }
 
 console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ${seconds} s per run, 50 connections unless stated; bcrypt cost 10\n`)
-console.log('| scenario | req/s (or ms) | p99 ms (or range) | ratio |')
-console.log('|---|---:|---:|---:|')
+console.log('| scenario | req/s (or ms) | p99 ms (or range) | server CPU µs/req | throughput ratio | CPU ratio |')
+console.log('|---|---:|---:|---:|---:|---:|')
 for (const r of rows) console.log(`| ${r.join(' | ')} |`)
