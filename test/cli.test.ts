@@ -79,6 +79,18 @@ t.test('get --output writes the file, --progress shows the progress line', async
   t.match(run.stderr, /^received (\d+) B of \1 B \(100%\) at \d+(\.\d)? (B|KiB|MiB)\/s\n$/m)
 })
 
+t.test('--progress on a streamed download of unknown length shows the bytes so far', async (t) => {
+  const server = await startServer(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/zip' }) // chunked: no Content-Length
+    res.write('a'.repeat(1000))
+    res.end('b'.repeat(24))
+  })
+  const run = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--format', 'csv-zip', '--progress'])
+  t.equal(run.code, 0, run.stderr)
+  t.equal(run.stdout.length, 1024)
+  t.match(run.stderr, /^received 1024 B at \d+(\.\d)? (B|KiB|MiB)\/s\n$/m)
+})
+
 t.test('the query options reach the server', async (t) => {
   const server = await startServer(t, (_req, res) => res.writeHead(200, { 'content-type': 'application/zip' }).end('zip'))
   const run = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--format', 'csv-zip', '--entity', 'orders', '--limit', '10', '--archive-type', 'tar', '--meta', 'ddl'])
