@@ -88,7 +88,7 @@ t.test('--progress on a streamed download of unknown length shows the bytes so f
   const run = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--format', 'csv-zip', '--progress'])
   t.equal(run.code, 0, run.stderr)
   t.equal(run.stdout.length, 1024)
-  t.match(run.stderr, /^received 1024 B at \d+(\.\d)? (B|KiB|MiB)\/s\n$/m)
+  t.match(run.stderr, /^received 1.0 KiB at \d+(\.\d)? (B|KiB|MiB)\/s\n$/m)
 })
 
 t.test('the query options reach the server', async (t) => {
