@@ -1,7 +1,7 @@
-import { createHmac, randomBytes } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import type { KeyHasher } from './key-hasher.js'
 import { VerificationBusyError } from './errors.js'
+import { memoHmac } from './memo-hmac.js'
 
 export interface KeyVerifierOptions {
   hasher: KeyHasher
@@ -22,7 +22,7 @@ export interface KeyVerifierOptions {
  */
 export class KeyVerifier {
   private readonly hasher: KeyHasher
-  private readonly secret = randomBytes(32)
+  private readonly hmac = memoHmac()
   // Matches and mismatches are kept apart, so a flood of wrong values
   // cannot evict the memo of the keys that legitimate clients use.
   private readonly matches: LRUCache<string, true>
@@ -42,7 +42,7 @@ export class KeyVerifier {
   }
 
   private memoKey (hash: string, value: string): string {
-    return createHmac('sha256', this.secret).update(hash).update('\0').update(value).digest('base64')
+    return this.hmac(hash + '\0' + value)
   }
 
   /** True when the comparison is already known to succeed: it costs no bcrypt. */
