@@ -1,3 +1,4 @@
+import { setTimeout } from 'node:timers/promises'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { keyPrefixOf, loggablePrefix } from './api-key.js'
 import type { PluginContext } from './context.js'
@@ -99,17 +100,18 @@ export function authenticateHook (ctx: PluginContext) {
     request.dataEndpointKeyPrefix = loggablePrefix(supplied)
     const client = request.ip
     const prefix = keyPrefixOf(supplied)
-    const found = await storage.findEndpointKey(locator, prefix)
-    const key = found?.key ?? null
-
     if (throttle !== null) {
       const wait = throttle.retryAfter(client)
-      // A client over its bound may still use a key already verified here:
-      // that costs nothing, and a neighbour behind the same address keeps working.
-      if (wait > 0 && !(key !== null && verifier.isKnownMatch(key.hash, supplied as string))) {
-        throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
+      // A client over its bound is refused before any storage read or bcrypt,
+      // unless it sends a key already verified here: a neighbour behind the
+      // same address keeps working (its key still goes through every check).
+      if (wait > 0 && !(prefix !== null && verifier.hasVerified(supplied as string))) {
+        if (throttle.delayMs > 0) await setTimeout(throttle.delayMs)
+        throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(throttle.retryAfter(client) || 1) } })
       }
     }
+    const found = await storage.findEndpointKey(locator, prefix)
+    const key = found?.key ?? null
     if (found === null) refuse(client, new UnknownEndpointError())
     if (key === null || prefix === null) refuse(client, new UnknownKeyError())
 

@@ -6,6 +6,12 @@ export interface FailureThrottleOptions {
   windowMs: number
   /** client addresses tracked at once (oldest forgotten first) */
   maxClients?: number
+  /**
+   * milliseconds a refused request is held before its 429 goes out; default
+   * 1000. A flood's connections then wait instead of taking the event loop
+   * from legitimate traffic (each answer still says when to come back).
+   */
+  delayMs?: number
 }
 
 interface Window {
@@ -21,8 +27,11 @@ interface Window {
 export class FailureThrottle {
   private readonly windows: LRUCache<string, Window>
 
+  readonly delayMs: number
+
   constructor (private readonly options: FailureThrottleOptions) {
     this.windows = new LRUCache({ max: options.maxClients ?? 100_000 })
+    this.delayMs = options.delayMs ?? 1000
   }
 
   /** Seconds to wait when `client` is over its bound, else 0. */

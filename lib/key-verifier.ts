@@ -27,6 +27,7 @@ export class KeyVerifier {
   // cannot evict the memo of the keys that legitimate clients use.
   private readonly matches: LRUCache<string, true>
   private readonly mismatches: LRUCache<string, true>
+  private readonly verifiedValues: LRUCache<string, true>
   private readonly inFlight = new Map<string, Promise<boolean>>()
   private readonly maxRunning: number
   private readonly maxQueued: number
@@ -37,6 +38,7 @@ export class KeyVerifier {
     this.hasher = options.hasher
     this.matches = new LRUCache({ max: options.cacheSize })
     this.mismatches = new LRUCache({ max: options.cacheSize })
+    this.verifiedValues = new LRUCache({ max: options.cacheSize })
     this.maxRunning = options.maxConcurrentHashes
     this.maxQueued = options.maxQueuedHashes
   }
@@ -45,9 +47,13 @@ export class KeyVerifier {
     return this.hmac(hash + '\0' + value)
   }
 
-  /** True when the comparison is already known to succeed: it costs no bcrypt. */
-  isKnownMatch (hash: string, value: string): boolean {
-    return this.matches.has(this.memoKey(hash, value))
+  /**
+   * True when `value` has matched a stored hash here before, without looking
+   * at storage: the failure throttle lets such a value through to the usual
+   * checks (its record is still read) and refuses anything else at once.
+   */
+  hasVerified (value: string): boolean {
+    return this.verifiedValues.has(this.hmac(value))
   }
 
   /** Whether `value` matches `hash`. @throws VerificationBusyError when the queue is full */
@@ -70,6 +76,7 @@ export class KeyVerifier {
       try {
         const ok = await this.hasher.compare(value, hash)
         ;(ok ? this.matches : this.mismatches).set(memoKey, true)
+        if (ok) this.verifiedValues.set(this.hmac(value), true)
         return ok
       } finally {
         this.releaseSlot()

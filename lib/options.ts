@@ -36,7 +36,7 @@ export interface DataEndpointsOptions {
   maxConcurrentHashes?: number
   /** bcrypt comparisons waiting; beyond it 429; default 100 */
   maxQueuedHashes?: number
-  /** per-address bound on failed authentications (429 beyond it), or false; default 50 per minute */
+  /** per-address bound on failed authentications (429, held delayMs, beyond it), or false; default 50 per minute, held 1 s */
   failureThrottle?: FailureThrottleOptions | false
   /** how long an Idempotency-Key is remembered, in milliseconds; default 24 h */
   idempotencyTtl?: number
@@ -135,6 +135,8 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
     }
     positiveInteger('failureThrottle.maxFailures', o.failureThrottle.maxFailures)
     positiveInteger('failureThrottle.windowMs', o.failureThrottle.windowMs)
+    if (o.failureThrottle.delayMs !== undefined) positiveInteger('failureThrottle.delayMs', o.failureThrottle.delayMs, 0, 60_000)
+    if (o.failureThrottle.maxClients !== undefined) positiveInteger('failureThrottle.maxClients', o.failureThrottle.maxClients)
   }
   return o
 }

@@ -37,6 +37,7 @@ const BAD: Array<[string, Partial<Record<keyof DataEndpointsOptions, unknown>>, 
   ['maxQueuedHashes string', { maxQueuedHashes: '5' }, /"maxQueuedHashes"/],
   ['failureThrottle wrong shape', { failureThrottle: true }, /"failureThrottle"/],
   ['failureThrottle bad window', { failureThrottle: { maxFailures: 5, windowMs: 0 } }, /"failureThrottle.windowMs"/],
+  ['failureThrottle bad delay', { failureThrottle: { maxFailures: 5, windowMs: 1000, delayMs: -1 } }, /"failureThrottle.delayMs"/],
   ['idempotencyTtl zero', { idempotencyTtl: 0 }, /"idempotencyTtl"/],
   ['hasher without compare', { hasher: { hash: async () => 'x' } }, /"hasher" must have a method "compare"/]
 ]

@@ -146,7 +146,7 @@ t.test('a failed counter write is retried, not dropped', async (t) => {
 })
 
 t.test('repeated failures from one address get 429 with Retry-After, then recover', async (t) => {
-  const { app } = await buildApp(t, { failureThrottle: { maxFailures: 5, windowMs: 300 } })
+  const { app } = await buildApp(t, { failureThrottle: { maxFailures: 5, windowMs: 300, delayMs: 0 } })
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
   const wrong = (i: number): string => k.key.slice(0, 11) + String(i).padStart(21, 'x')
@@ -168,7 +168,7 @@ t.test('repeated failures from one address get 429 with Retry-After, then recove
 
 t.test('a limited address may still use a key already verified; nothing new costs bcrypt', async (t) => {
   const hasher = spyHasher()
-  const { app } = await buildApp(t, { hasher, failureThrottle: { maxFailures: 3, windowMs: 60_000 } })
+  const { app } = await buildApp(t, { hasher, failureThrottle: { maxFailures: 3, windowMs: 60_000, delayMs: 0 } })
   const good = await createKey(app, 'good')
   const fresh = await createKey(app, 'fresh')
   await assignKeys(app, 'dataset', [good.id, fresh.id])
@@ -179,6 +179,21 @@ t.test('a limited address may still use a key already verified; nothing new cost
   const unverified = await app.inject({ url: DATASET_URL, query: { api_key: fresh.key, format: 'json' } })
   t.equal(unverified.statusCode, 429, 'a key not yet verified waits for the window')
   t.equal(hasher.compares, compares, 'no bcrypt spent for a limited address')
+})
+
+t.test('a limited client\'s 429 is held delayMs, so a flood waits instead of taking the event loop', async (t) => {
+  const { app } = await buildApp(t, { failureThrottle: { maxFailures: 1, windowMs: 60_000, delayMs: 300 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: 'bad' } })).statusCode, 403)
+  const start = Date.now()
+  const limited = await app.inject({ url: DATASET_URL, query: { api_key: 'bad' } })
+  t.equal(limited.statusCode, 429)
+  t.ok(Date.now() - start >= 290, 'answered after the delay')
+  t.match(limited.headers['retry-after'], /^[1-9][0-9]*$/)
+  const elsewhere = Date.now()
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: 'bad' }, remoteAddress: '127.0.0.9' })).statusCode, 403)
+  t.ok(Date.now() - elsewhere < 290, 'other clients are not held')
 })
 
 t.test('failureThrottle: false never answers 429', async (t) => {
