@@ -1,11 +1,20 @@
 import { createHash, randomUUID } from 'node:crypto'
-import pg from 'pg'
+import { createRequire } from 'node:module'
+import type pg from 'pg'
 import {
   PrefixTakenError,
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch
 } from './storage.js'
+
+// pg is loaded when the first PgStorage is made, not with the plugin: a host
+// on SQLite alone does not carry the driver (some 8 MB of memory).
+const requireModule = createRequire(import.meta.url)
+let pgModule: typeof pg | null = null
+function loadPg (): typeof pg {
+  return (pgModule ??= requireModule('pg') as typeof pg)
+}
 
 export interface PgStorageOptions {
   /**
@@ -154,7 +163,7 @@ function isPrefixTaken (err: unknown): boolean {
  * constraint, a cancelled statement) is passed on as it is.
  */
 function unavailable (err: unknown): unknown {
-  if (err instanceof pg.DatabaseError || !(err instanceof Error)) return err
+  if (err instanceof loadPg().DatabaseError || !(err instanceof Error)) return err
   const { code, syscall } = err as NodeJS.ErrnoException
   const reason = typeof syscall === 'string' && typeof code === 'string' ? code : err.message
   return new Error(`PostgreSQL unavailable: ${reason}`, { cause: err })
@@ -196,7 +205,7 @@ export class PgStorage implements Storage {
       this.pool = options.pool
       this.ownPool = false
     } else {
-      this.pool = new pg.Pool({
+      this.pool = new (loadPg().Pool)({
         connectionString: options.connectionString,
         max: positiveInteger('poolSize', options.poolSize ?? d.poolSize),
         connectionTimeoutMillis: positiveInteger('connectionTimeout', options.connectionTimeout ?? d.connectionTimeout),
