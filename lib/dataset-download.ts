@@ -2,6 +2,7 @@ import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from './api-key.js'
 import type { Dataset, Entity } from './dataset-source.js'
+import { DownloadAbort } from './download-abort.js'
 import { noteFailure } from './error-reply.js'
 import { InvalidParameterError, UnknownFormatError } from './errors.js'
 import { checkEntities } from './formats/entity-model.js'
@@ -77,7 +78,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   }
 
   // Stop reading at the source as soon as the client goes away.
-  const abort = new AbortController()
+  const abort = new DownloadAbort()
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort()
   })
@@ -86,15 +87,15 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     entities: q.entities,
     limit: q.limit,
     archiveType: q.archiveType,
-    signal: abort.signal
+    abort
   })
   let body: Buffer | string | Readable
   try {
-    body = await wholeIfSmall(download.body, abort.signal)
+    body = await wholeIfSmall(download.body, abort)
   } catch (err) {
     // The client left before anything was sent: there is no one to answer
     // (the close is logged by the data routes).
-    if (abort.signal.aborted) return reply.hijack()
+    if (abort.aborted) return reply.hijack()
     throw err
   }
   if (body instanceof Readable) {
@@ -132,7 +133,7 @@ function byteLength (chunk: Chunk): number {
  * comes back as a stream that replays what was read and then carries on,
  * with the source's backpressure.
  */
-export async function wholeIfSmall (body: AsyncIterable<Chunk>, signal: AbortSignal): Promise<Buffer | string | Readable> {
+export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<DownloadAbort, 'onAbort'>): Promise<Buffer | string | Readable> {
   const iterator = body[Symbol.asyncIterator]()
   const head: Chunk[] = []
   let size = 0
@@ -143,7 +144,7 @@ export async function wholeIfSmall (body: AsyncIterable<Chunk>, signal: AbortSig
     if (body instanceof Readable) body.destroy()
     else iterator.return?.().catch(() => {})
   }
-  signal.addEventListener('abort', stop, { once: true })
+  const removeStop = abort.onAbort(stop)
   try {
     while (size < WHOLE_BODY_LIMIT) {
       const next = await iterator.next()
@@ -159,7 +160,7 @@ export async function wholeIfSmall (body: AsyncIterable<Chunk>, signal: AbortSig
     await iterator.return?.().catch(() => {})
     throw err
   } finally {
-    signal.removeEventListener('abort', stop)
+    removeStop()
   }
   return Readable.from(replay(head, iterator), { objectMode: false })
 }

@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row } from '../lib/index.js'
 import type { ArchiveType, DownloadSpec } from '../lib/formats/index.js'
+import { DownloadAbort } from '../lib/download-abort.js'
 
 // Datasets for the format tests: an entity with every column type, random
 // rows full of values that break naive exporters (fast-check), and row
@@ -49,7 +50,7 @@ export function specOf (dataset: Dataset, options: { limit?: number, archiveType
     entities: options.entities ?? dataset.entities,
     limit: options.limit,
     archiveType: options.archiveType ?? 'zip',
-    signal: new AbortController().signal
+    abort: new DownloadAbort()
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Dataset, Entity } from '../dataset-source.js'
+import type { DownloadAbort } from '../download-abort.js'
 import { csvZipFormat } from './csv.js'
 import { jsonFormat, jsonZipFormat } from './json.js'
 import { oracleLoaderFormat } from './oracle.js'
@@ -19,8 +20,8 @@ export interface DownloadSpec {
   /** rows per entity; undefined for all */
   limit: number | undefined
   archiveType: ArchiveType
-  /** aborted when the client goes away */
-  signal: AbortSignal
+  /** aborted when the client goes away; its `signal` is made on first read */
+  abort: Pick<DownloadAbort, 'aborted' | 'signal'>
 }
 
 export interface Download {

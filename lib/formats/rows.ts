@@ -54,11 +54,12 @@ function isSyncIterable (value: object): value is Iterable<Row> {
  * source's iterator, so it stops reading.
  */
 export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string> {
-  const { limit, signal } = spec
+  const { limit, abort } = spec
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
-    const rows = spec.dataset.rows(entity.name, { limit, signal })
+    // The signal is read (and made) only if the source asks for it.
+    const rows = spec.dataset.rows(entity.name, { limit, get signal () { return abort.signal } })
     if (isSyncIterable(rows)) {
       const iterator = rows[Symbol.iterator]()
       let exhausted = false
@@ -70,7 +71,7 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
             chunk += text.row(next.value, n)
             if (++n === limit) break
           }
-          if (exhausted || n === limit || signal.aborted) break
+          if (exhausted || n === limit || abort.aborted) break
           yield chunk
           chunk = ''
         }
@@ -89,7 +90,7 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
     }
   }
   // A source that stopped because the client left must not end like a whole file.
-  if (signal.aborted) throw new Error('Download aborted')
+  if (abort.aborted) throw new Error('Download aborted')
   yield chunk + text.tail()
 }
 
