@@ -118,11 +118,18 @@ function showKeyValue (title, value) {
   $('#copy-status').textContent = ''
   $('#key-dialog').showModal()
 }
-$('#key-dialog').addEventListener('close', () => {
+function forgetKeyValue () {
   $('#key-value').value = ''
   $('#copy-status').textContent = ''
+}
+// 'close' fires a task after the dialog hides; Escape's 'cancel' and the Done
+// button clear the value before it hides, so it is never on screen hidden.
+$('#key-dialog').addEventListener('cancel', forgetKeyValue)
+$('#key-dialog').addEventListener('close', forgetKeyValue)
+$('#close-key').addEventListener('click', () => {
+  forgetKeyValue()
+  $('#key-dialog').close()
 })
-$('#close-key').addEventListener('click', () => $('#key-dialog').close())
 $('#copy-key').addEventListener('click', async () => {
   const input = $('#key-value')
   let copied = false
