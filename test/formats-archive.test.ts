@@ -123,6 +123,21 @@ t.test('tar: an entry over the spool limit goes through a temporary file, remove
   t.same(await readdir(dir), [], 'the spool directory is gone')
 })
 
+t.test('tar: a spooled entry comes back byte for byte, text and binary, across many reads', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'fde-tar-test-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  const everyByte = Buffer.from(Array.from({ length: 256 }, (_, i) => i))
+  const text = 'ü€😀 "quoted", line\r\n'
+  const parts: Array<string | Buffer> = []
+  for (let i = 0; i < 2000; i++) parts.push(i % 2 === 0 ? text.repeat(20) : everyByte)
+  const expected = Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p)))
+  t.ok(expected.length > 4 * 64 * 1024, 'larger than several reads of the spool file')
+  const tarball = await collect(tarArchive([{ name: 'mixed.bin', content: async function * () { yield * parts } }], { spoolLimit: 1000, tmpDir: dir }))
+  const files = await readTar(tarball)
+  t.ok(files.get('mixed.bin')?.equals(expected), 'same bytes')
+  t.same(await readdir(dir), [], 'the spool directory is gone')
+})
+
 t.test('tar: a download destroyed while spooling closes the entry and removes the spool', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'fde-tar-test-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
