@@ -1,6 +1,8 @@
 // A host with the plugin for the benchmarks, run in its own process so the
 // load generator does not share its event loop. It serves, in the same app:
 //   /bare                       the bytes of the small dataset as json, no plugin work
+//   /bare/bearer                the same bytes behind @fastify/bearer-auth (key: BENCH_BEARER_KEY)
+//   /bare/lookup                the same bytes after the one storage read a request needs
 //   /bare/unauthenticated       the same json made by the plugin's download code, no key check
 //   /api/acme/shop/model/1/...  the plugin's routes (dataset 1 small, pipeline 1)
 // Management: any request with `x-permissions: ManageAPIKeys`.
@@ -9,8 +11,10 @@ import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import bearerAuth from '@fastify/bearer-auth'
 import Fastify from 'fastify'
 import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
+import { keyPrefixOf } from '../../lib/api-key.js'
 import { sendDataset } from '../../lib/dataset-download.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 
@@ -38,6 +42,22 @@ app.get('/bare', async (request, reply) => reply.type('application/json; charset
 app.get('/bare/pipeline', async () => ({ job_id: randomUUID(), job_url: 'http://x/api/job/' }))
 // The server's CPU time so far, so the runner can tell CPU per request.
 app.get('/bench/cpu', async () => process.cpuUsage())
+// The issue's reference: @fastify/bearer-auth (keys in clear, in memory, no
+// storage read) in front of the same precomputed bytes, with the one key the
+// runner passes in BENCH_BEARER_KEY.
+await app.register(async (scope) => {
+  await scope.register(bearerAuth, { keys: new Set([process.env.BENCH_BEARER_KEY ?? 'unused']) })
+  scope.get('/bare/bearer', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
+})
+// The floor the issue's rules set: the same precomputed bytes after the one
+// storage read every request must make (the key and endpoint records), for
+// the key in the Authorization header.
+const LOCATOR = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 } as const
+app.get('/bare/lookup', async (request, reply) => {
+  const prefix = keyPrefixOf(String(request.headers.authorization).slice('Bearer '.length))
+  if ((await storage.findEndpointKey(LOCATOR, prefix))?.key == null) throw new Error('no key on the sample endpoint')
+  return reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody)
+})
 // The same download code as the plugin's route, without the key check: what
 // verification adds is the difference between this and the plugin's route.
 app.get('/bare/unauthenticated', async (request, reply) => {
