@@ -59,13 +59,14 @@ async function writeAll (file: FileHandle, chunk: string | Buffer): Promise<void
   if (bytesWritten !== expected) throw new Error(`Short write to a tar spool file (${bytesWritten} of ${expected} bytes)`)
 }
 
+/** Bytes read back from a spool file at a time. */
+const READ_SIZE = 64 * 1024
+
 /**
  * Holds one entry until its size is known: memory first, then a file. Text
  * stays text until it is written out (fs encodes it without a Buffer of ours),
  * so spooling adds little garbage.
  */
-const READ_SIZE = 64 * 1024
-
 class Spool {
   size = 0
   private chunks: Array<string | Buffer> = []
