@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import bearerAuth from '@fastify/bearer-auth'
-import Fastify from 'fastify'
+import Fastify, { type FastifyReply } from 'fastify'
 import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
 import { keyPrefixOf } from '../../lib/api-key.js'
 import { sendDataset } from '../../lib/dataset-download.js'
@@ -38,7 +38,8 @@ await app.register(dataEndpoints, {
 
 // The same bytes the json download of dataset 1 produces, sent directly.
 let bareBody = ''
-app.get('/bare', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
+const sendBare = (reply: FastifyReply): FastifyReply => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody)
+app.get('/bare', async (request, reply) => sendBare(reply))
 app.get('/bare/pipeline', async () => ({ job_id: randomUUID(), job_url: 'http://x/api/job/' }))
 // The server's CPU time so far, so the runner can tell CPU per request.
 app.get('/bench/cpu', async () => process.cpuUsage())
@@ -47,7 +48,7 @@ app.get('/bench/cpu', async () => process.cpuUsage())
 // runner passes in BENCH_BEARER_KEY.
 await app.register(async (scope) => {
   await scope.register(bearerAuth, { keys: new Set([process.env.BENCH_BEARER_KEY ?? 'unused']) })
-  scope.get('/bare/bearer', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
+  scope.get('/bare/bearer', async (request, reply) => sendBare(reply))
 })
 // The floor the rules set: the same precomputed bytes after the one
 // storage read every request must make (the key and endpoint records), for
@@ -56,7 +57,7 @@ const LOCATOR = { organization: 'acme', project: 'shop', modelSequence: 1, type:
 app.get('/bare/lookup', async (request, reply) => {
   const prefix = keyPrefixOf(String(request.headers.authorization).slice('Bearer '.length))
   if ((await storage.findEndpointKey(LOCATOR, prefix))?.key == null) throw new Error('no key on the sample endpoint')
-  return reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody)
+  return sendBare(reply)
 })
 // The same download code as the plugin's route, without the key check: what
 // verification adds is the difference between this and the plugin's route.
