@@ -4,6 +4,9 @@
 //   /bare/bearer                the same bytes behind @fastify/bearer-auth (key: BENCH_BEARER_KEY)
 //   /bare/lookup                the same bytes after the one storage read a request needs
 //   /bare/unauthenticated       the same json made by the plugin's download code, no key check
+//   /bare/lookup-download       that download code after the one storage read a request needs
+//   /bare/naive-download        the sample's rows read from its source and serialised with
+//                               JSON.stringify, then the precomputed bytes: a lower bound
 //   /api/acme/shop/model/1/...  the plugin's routes (dataset 1 small, pipeline 1)
 // Management: any request with `x-permissions: ManageAPIKeys`.
 // Env: BENCH_THROTTLE=off disables the failure throttle. Prints "port <n>".
@@ -12,7 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import bearerAuth from '@fastify/bearer-auth'
-import Fastify, { type FastifyReply } from 'fastify'
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
 import { keyPrefixOf } from '../../lib/api-key.js'
 import { sendDataset } from '../../lib/dataset-download.js'
@@ -54,17 +57,41 @@ await app.register(async (scope) => {
 // storage read every request must make (the key and endpoint records), for
 // the key in the Authorization header.
 const LOCATOR = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 } as const
-app.get('/bare/lookup', async (request, reply) => {
+async function readKeyRecords (request: FastifyRequest): Promise<void> {
   const prefix = keyPrefixOf(String(request.headers.authorization).slice('Bearer '.length))
   if ((await storage.findEndpointKey(LOCATOR, prefix))?.key == null) throw new Error('no key on the sample endpoint')
+}
+app.get('/bare/lookup', async (request, reply) => {
+  await readKeyRecords(request)
   return sendBare(reply)
 })
 // The same download code as the plugin's route, without the key check: what
 // verification adds is the difference between this and the plugin's route.
-app.get('/bare/unauthenticated', async (request, reply) => {
+async function sendSample (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const dataset = await datasets.getDataset(SALES_REF)
   if (dataset === null) throw new Error('no sample dataset')
   return sendDataset(request, reply, dataset)
+}
+app.get('/bare/unauthenticated', sendSample)
+// What reading the same source costs, with the cheapest serialisation there
+// is and none of the download code's checks: a lower bound for any download.
+// (The sample holds no bigint, which JSON.stringify would refuse.)
+const neverAborted = new AbortController().signal
+app.get('/bare/naive-download', async (request, reply) => {
+  const dataset = await datasets.getDataset(SALES_REF)
+  if (dataset === null) throw new Error('no sample dataset')
+  let text = ''
+  for (const entity of dataset.entities) {
+    for await (const row of dataset.rows(entity.name, { limit: undefined, signal: neverAborted })) text += JSON.stringify(row)
+  }
+  if (text === '') throw new Error('no rows')
+  return sendBare(reply)
+})
+// The floor for the plugin's own route: its download code after the one
+// storage read; what verification adds beyond that read is the difference.
+app.get('/bare/lookup-download', async (request, reply) => {
+  await readKeyRecords(request)
+  return sendSample(request, reply)
 })
 
 await app.listen({ host: '127.0.0.1', port: 0 })
