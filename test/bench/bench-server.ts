@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import bearerAuth from '@fastify/bearer-auth'
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
-import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
+import dataEndpoints, { SqliteStorage, type Dataset } from '../../lib/index.js'
 import { keyPrefixOf } from '../../lib/api-key.js'
 import { sendDataset } from '../../lib/dataset-download.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
@@ -67,10 +67,13 @@ app.get('/bare/lookup', async (request, reply) => {
 })
 // The same download code as the plugin's route, without the key check: what
 // verification adds is the difference between this and the plugin's route.
-async function sendSample (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+async function sampleDataset (): Promise<Dataset> {
   const dataset = await datasets.getDataset(SALES_REF)
   if (dataset === null) throw new Error('no sample dataset')
-  return sendDataset(request, reply, dataset)
+  return dataset
+}
+async function sendSample (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  return sendDataset(request, reply, await sampleDataset())
 }
 app.get('/bare/unauthenticated', sendSample)
 // What reading the same source costs, with the cheapest serialisation there
@@ -78,8 +81,7 @@ app.get('/bare/unauthenticated', sendSample)
 // (The sample holds no bigint, which JSON.stringify would refuse.)
 const neverAborted = new AbortController().signal
 app.get('/bare/naive-download', async (request, reply) => {
-  const dataset = await datasets.getDataset(SALES_REF)
-  if (dataset === null) throw new Error('no sample dataset')
+  const dataset = await sampleDataset()
   let text = ''
   for (const entity of dataset.entities) {
     for await (const row of dataset.rows(entity.name, { limit: undefined, signal: neverAborted })) text += JSON.stringify(row)
