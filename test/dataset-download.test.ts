@@ -3,9 +3,9 @@ import http from 'node:http'
 import { tmpdir } from 'node:os'
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
-import type { Column } from '../lib/index.js'
+import type { Column, DatasetSource, RowsOptions } from '../lib/index.js'
 import { MemoryDatasets, SALES_REF, salesDataset } from './fixtures.js'
-import { ProbeDatasets, type SourceProbe } from './format-fixtures.js'
+import { ProbeDatasets, type SourceProbe, type SourceShape } from './format-fixtures.js'
 import { loadSqlite, parseCsv, readArchive } from './format-readers.js'
 import { assignKeys, buildApp, createKey, DATASET_URL, type TestApp } from './helper.js'
 import { freshSchema, pgAvailable } from './pg.js'
@@ -152,10 +152,10 @@ t.test('limit caps the rows of every entity', async (t) => {
   t.equal(parseCsv(files.get('customers.csv')?.toString('utf8') ?? '').length, 3, 'header and two rows')
 })
 
-for (const sync of [false, true]) {
-  const kind = sync ? 'a plain (sync) iterable' : 'an async iterable'
+const SHAPES: Record<SourceShape, string> = { async: 'an async generator', sync: 'a plain (sync) iterable', stream: 'a Readable (an async iterable, no generator)' }
+for (const [shape, kind] of Object.entries(SHAPES) as Array<[SourceShape, string]>) {
   t.test(`${kind} source: read to the end, or only up to the limit`, async (t) => {
-    const datasets = new ProbeDatasets(3000, undefined, sync)
+    const datasets = new ProbeDatasets(3000, undefined, shape)
     const { app, url } = await appWithKey(t, { datasets })
     const all = (await app.inject({ url: url('format=json') })).json().events
     t.equal(all.length, 3000)
@@ -167,6 +167,30 @@ for (const sync of [false, true]) {
     t.ok(datasets.probe.closed, 'the source was closed')
   })
 }
+
+t.test('a source gets limit and signal as own properties, so it may spread them', async (t) => {
+  const seen: RowsOptions[] = []
+  const datasets: DatasetSource = {
+    async getDataset () {
+      return {
+        name: 'one',
+        entities: [{ name: 'items', columns: [{ name: 'id', type: 'integer' }] }],
+        async * rows (_entity, options) {
+          seen.push(options)
+          yield [1]
+        }
+      }
+    }
+  }
+  const { app, url } = await appWithKey(t, { datasets })
+  t.same((await app.inject({ url: url('format=json&limit=5') })).json(), { items: [{ id: 1 }] })
+  const [options] = seen
+  t.same(Object.keys(options).sort(), ['limit', 'signal'])
+  const copy = { ...options }
+  t.equal(copy.limit, 5)
+  t.ok(copy.signal instanceof AbortSignal, 'a spread copy carries the signal')
+  t.equal(copy.signal, options.signal, 'the download\'s one signal')
+})
 
 t.test('meta=entities lists the entity names; meta=ddl answers the DDL as text', async (t) => {
   const { app, url } = await appWithKey(t)
@@ -278,9 +302,12 @@ async function leftoverTempDirs (): Promise<string[]> {
 
 t.test('a client that disconnects stops the read at the source', async (t) => {
   const TOTAL = 2_000_000
-  const cases = [...STREAM_CASES.map((query) => ({ query, sync: false })), { query: 'format=json', sync: true }, { query: 'format=csv-zip', sync: true }]
-  for (const { query, sync } of cases) {
-    const datasets = new ProbeDatasets(TOTAL, undefined, sync)
+  const cases: Array<{ query: string, shape: SourceShape }> = [
+    ...STREAM_CASES.map((query) => ({ query, shape: 'async' as const })),
+    ...['format=json', 'format=csv-zip'].flatMap((query) => [{ query, shape: 'sync' as const }, { query, shape: 'stream' as const }])
+  ]
+  for (const { query, shape } of cases) {
+    const datasets = new ProbeDatasets(TOTAL, undefined, shape)
     const { app, url } = await appWithKey(t, { datasets })
     const port = await listen(app)
     let received = 0
@@ -296,9 +323,10 @@ t.test('a client that disconnects stops the read at the source', async (t) => {
       setTimeout(() => { req.destroy(); resolve() }, 300)
     })
     const probe: SourceProbe = datasets.probe
-    t.ok(await until(() => probe.closed), `${query}: the source's iterator was closed`)
-    t.ok(probe.aborted, `${query}: the source's signal was aborted`)
-    t.ok(probe.pulled < TOTAL / 10, `${query}: ${probe.pulled} of ${TOTAL} rows read before the read stopped`)
+    const which = `${query}, ${SHAPES[shape]}`
+    t.ok(await until(() => probe.closed), `${which}: the source's iterator was closed`)
+    t.ok(probe.aborted, `${which}: the source's signal was aborted`)
+    t.ok(probe.pulled < TOTAL / 10, `${which}: ${probe.pulled} of ${TOTAL} rows read before the read stopped`)
     await app.close()
   }
   t.same(await leftoverTempDirs(), [], 'tar spool files are removed')

@@ -1,5 +1,6 @@
 import fc from 'fast-check'
-import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row } from '../lib/index.js'
+import { Readable } from 'node:stream'
+import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row, RowsOptions } from '../lib/index.js'
 import type { ArchiveType, DownloadSpec } from '../lib/formats/index.js'
 import { DownloadAbort } from '../lib/download-abort.js'
 
@@ -130,6 +131,8 @@ export function expectedRow (row: Row): unknown[] {
 
 // ---- row sources for the streaming tests -------------------------------
 
+export type SourceShape = 'async' | 'sync' | 'stream'
+
 export interface SourceProbe {
   /** rows handed out */
   pulled: number
@@ -152,12 +155,14 @@ function eventRow (i: number): Row {
 /**
  * A DatasetSource for dataset 1 with one entity `events` of `total` rows,
  * generated on demand. `failAt`: throw when row `failAt` is pulled (0: at
- * once). `sync`: hand out a plain generator, as better-sqlite3's iterate() is.
+ * once). `shape`: an async generator (the default); a plain generator, as
+ * better-sqlite3's iterate() is; or an object-mode Readable, an async
+ * iterable that is no generator, as database drivers' row streams are.
  */
 export class ProbeDatasets implements DatasetSource {
   readonly probe: SourceProbe = { pulled: 0, closed: false, aborted: false }
 
-  constructor (private readonly total: number, private readonly failAt?: number, private readonly sync = false) {}
+  constructor (private readonly total: number, private readonly failAt?: number, private readonly shape: SourceShape = 'async') {}
 
   async getDataset (ref: ResourceRef): Promise<Dataset | null> {
     if (ref.resourceSequence !== 1) return null
@@ -174,19 +179,23 @@ export class ProbeDatasets implements DatasetSource {
         probe.aborted = signal.aborted
       }
     }
+    async function * slowly (_entity: string, { limit, signal }: RowsOptions): AsyncGenerator<Row> {
+      let i = 0
+      for (const row of generate(Math.min(total, limit ?? total), signal)) {
+        // A real source waits on I/O now and then.
+        if (i++ % 256 === 0) await new Promise((resolve) => setImmediate(resolve))
+        yield row
+      }
+    }
     return {
       name: 'probe',
       entities: [{ name: 'events', columns: EVENT_COLUMNS }],
-      rows: this.sync
-        ? (_entity, { limit, signal }) => generate(Math.min(total, limit ?? total), signal)
-        : async function * (_entity, { limit, signal }) {
-          let i = 0
-          for (const row of generate(Math.min(total, limit ?? total), signal)) {
-            // A real source waits on I/O now and then.
-            if (i++ % 256 === 0) await new Promise((resolve) => setImmediate(resolve))
-            yield row
-          }
-        }
+      rows: {
+        sync: (_entity: string, { limit, signal }: RowsOptions) => generate(Math.min(total, limit ?? total), signal),
+        async: slowly,
+        // Destroying the stream returns the generator it reads.
+        stream: (entity: string, options: RowsOptions) => Readable.from(slowly(entity, options), { highWaterMark: 16 })
+      }[this.shape]
     }
   }
 }

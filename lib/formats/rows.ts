@@ -1,4 +1,4 @@
-import type { Entity, Row } from '../dataset-source.js'
+import type { Entity, Row, RowsOptions } from '../dataset-source.js'
 import type { DownloadSpec } from './index.js'
 import { columnError } from './values.js'
 
@@ -46,6 +46,47 @@ function isSyncIterable (value: object): value is Iterable<Row> {
     typeof (value as AsyncIterable<Row>)[Symbol.asyncIterator] !== 'function'
 }
 
+// %AsyncGeneratorPrototype%, which every `async function *` object inherits.
+const AsyncGeneratorPrototype = Object.getPrototypeOf(async function * () {}).prototype as AsyncGenerator<Row>
+
+/**
+ * Whether `value` is an async generator object, told by its prototype chain
+ * rather than by its symbol methods. A host typically writes `rows` as an
+ * `async *rows()` in the dataset object it makes per request, and each new
+ * such function gives its generators a new hidden class, so looking up
+ * `Symbol.iterator` or `Symbol.asyncIterator` on them misses V8's inline
+ * caches every time: a few microseconds per entity on a small download.
+ */
+function isAsyncGenerator (value: object): value is AsyncGenerator<Row> {
+  return Object.getPrototypeOf(Object.getPrototypeOf(value)) === AsyncGeneratorPrototype
+}
+
+/**
+ * The options of one `rows()` call. Its `signal` is made only when the
+ * source reads it (see DownloadAbort), through a getter that is an own,
+ * enumerable property as in an object literal, so a source may spread the
+ * options. The getter is one function for all calls: a literal's
+ * `get signal ()` is a new closure and a new hidden class each time, which
+ * cost more per entity than writing a few rows.
+ */
+class LazySignalOptions implements RowsOptions {
+  static readonly #signal: PropertyDescriptor = {
+    get (this: LazySignalOptions) { return this.#abort.signal },
+    enumerable: true,
+    configurable: true
+  }
+
+  readonly limit: number | undefined
+  declare readonly signal: AbortSignal
+  readonly #abort: Pick<DownloadSpec['abort'], 'signal'>
+
+  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>) {
+    this.limit = limit
+    this.#abort = abort
+    Object.defineProperty(this, 'signal', LazySignalOptions.#signal)
+  }
+}
+
 /**
  * One entity as text chunks of about CHUNK_SIZE: head, each row, tail. Reads
  * at most `spec.limit` rows even if the source ignores the limit. A source
@@ -58,9 +99,9 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
-    // The signal is read (and made) only if the source asks for it.
-    const rows = spec.dataset.rows(entity.name, { limit, get signal () { return abort.signal } })
-    if (isSyncIterable(rows)) {
+    const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort))
+    const generator = isAsyncGenerator(rows)
+    if (!generator && isSyncIterable(rows)) {
       const iterator = rows[Symbol.iterator]()
       let exhausted = false
       try {
@@ -79,13 +120,25 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
         if (!exhausted) iterator.return?.()
       }
     } else {
-      for await (const row of rows) {
-        chunk += text.row(row, n)
-        if (++n === limit) break
-        if (chunk.length >= CHUNK_SIZE) {
-          yield chunk
-          chunk = ''
+      // An async generator is driven through its prototype's own methods,
+      // which needs no lookup on it (see isAsyncGenerator); any other async
+      // iterable through its iterator, as `for await` does.
+      const iterator = generator ? rows : (rows as AsyncIterable<Row>)[Symbol.asyncIterator]()
+      const next = generator ? AsyncGeneratorPrototype.next : iterator.next
+      let exhausted = false
+      try {
+        for (;;) {
+          const step = await next.call(iterator)
+          if (step.done === true) { exhausted = true; break }
+          chunk += text.row(step.value, n)
+          if (++n === limit) break
+          if (chunk.length >= CHUNK_SIZE) {
+            yield chunk
+            chunk = ''
+          }
         }
+      } finally {
+        if (!exhausted) await (generator ? AsyncGeneratorPrototype.return.call(iterator, undefined) : iterator.return?.())
       }
     }
   }
