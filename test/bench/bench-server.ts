@@ -3,6 +3,7 @@
 //   /bare                       the bytes of the small dataset as json, no plugin work
 //   /bare/bearer                the same bytes behind @fastify/bearer-auth (key: BENCH_BEARER_KEY)
 //   /bare/lookup                the same bytes after the one storage read a request needs
+//   /bare/memo-hmac             the same bytes after the one memo HMAC a request needs
 //   /bare/unauthenticated       the same json made by the plugin's download code, no key check
 //   /bare/lookup-download       that download code after the one storage read a request needs
 //   /bare/naive-download        the sample's rows read from its source and serialised with
@@ -18,6 +19,7 @@ import bearerAuth from '@fastify/bearer-auth'
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import dataEndpoints, { SqliteStorage, type Dataset } from '../../lib/index.js'
 import { keyPrefixOf } from '../../lib/api-key.js'
+import { memoHmac } from '../../lib/memo-hmac.js'
 import { sendDataset } from '../../lib/dataset-download.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 
@@ -63,6 +65,15 @@ async function readKeyRecords (request: FastifyRequest): Promise<void> {
 }
 app.get('/bare/lookup', async (request, reply) => {
   await readKeyRecords(request)
+  return sendBare(reply)
+})
+// The other floor: the HMAC the verification memo is keyed by, which every
+// request computes over the stored hash and the supplied key (a bcrypt hash
+// of the same length stands in for the stored one), in front of the same bytes.
+const memoKeyOf = memoHmac()
+const STORED_HASH = '$2b$10$' + 'N'.repeat(53)
+app.get('/bare/memo-hmac', async (request, reply) => {
+  if (memoKeyOf(STORED_HASH + '\0' + String(request.headers.authorization).slice('Bearer '.length)) === '') throw new Error('no digest')
   return sendBare(reply)
 })
 // The same download code as the plugin's route, without the key check: what
