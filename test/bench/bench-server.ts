@@ -59,8 +59,9 @@ await app.register(async (scope) => {
 // storage read every request must make (the key and endpoint records), for
 // the key in the Authorization header.
 const LOCATOR = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 } as const
+const bearerKey = (request: FastifyRequest): string => String(request.headers.authorization).slice('Bearer '.length)
 async function readKeyRecords (request: FastifyRequest): Promise<void> {
-  const prefix = keyPrefixOf(String(request.headers.authorization).slice('Bearer '.length))
+  const prefix = keyPrefixOf(bearerKey(request))
   if ((await storage.findEndpointKey(LOCATOR, prefix))?.key == null) throw new Error('no key on the sample endpoint')
 }
 app.get('/bare/lookup', async (request, reply) => {
@@ -73,7 +74,8 @@ app.get('/bare/lookup', async (request, reply) => {
 const memoKeyOf = memoHmac()
 const STORED_HASH = '$2b$10$' + 'N'.repeat(53)
 app.get('/bare/memo-hmac', async (request, reply) => {
-  if (memoKeyOf(STORED_HASH + '\0' + String(request.headers.authorization).slice('Bearer '.length)) === '') throw new Error('no digest')
+  // The message KeyVerifier's memo key is made of: stored hash, NUL, supplied key.
+  if (memoKeyOf(STORED_HASH + '\0' + bearerKey(request)) === '') throw new Error('no digest')
   return sendBare(reply)
 })
 // The same download code as the plugin's route, without the key check: what

@@ -4,66 +4,58 @@
 // part. Needs Linux `perf` (Debian's linux-perf). Not a test: run it with
 //   npx tsx test/bench/profile.ts [seconds]
 // Inlined functions count under their caller, so compare shares between two
-// versions of the code rather than reading them as exact.
+// versions of the code rather than reading them as exact, and record 8 s or
+// more: in a 3 s run the memo HMAC's frames did not show at all.
 import { spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
+import { call, newKeys, startBenchServer, stopBenchServer } from './bench-process.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 8)
 
 // Each sample counts for the first part, in this order, with a frame whose
 // name holds one of the part's strings.
+const DOWNLOAD = 'making the download (lib/formats, the source)'
 const PARTS: Array<[string, ...string[]]> = [
   ['the memo HMAC (lib/memo-hmac)', '/lib/memo-hmac.js'],
   ['the storage read (better-sqlite3 Statement.get)', 'Statement::JS_get'],
   ['writing the response (writev)', 'writev'],
-  ['making the download (lib/formats, the source)', '/lib/formats/', '/test/fixtures.js'],
+  [DOWNLOAD, '/lib/formats/', '/test/fixtures.js'],
   ['the rest of the request in llhttp callbacks (Fastify, the key hook, headers)', 'llhttp'],
   ['garbage collection', 'Scavenge', 'MarkCompact']
 ]
 const REST = 'everything else (event loop, microtasks, the HTTP server)'
-// Shown within "making the download": costs that code can avoid.
+// Shown within DOWNLOAD: costs that code can avoid.
 const WITHIN_DOWNLOAD: Array<[string, ...string[]]> = [
   ['inline-cache misses', 'LoadIC_Miss'],
   ['property definitions', 'DefineAccessor', 'ObjectDefineProperty']
 ]
 
-const ADMIN = { 'x-permissions': 'ManageAPIKeys', 'content-type': 'application/json' }
 const DATASET = '/api/acme/shop/model/1/dataset/1?format=json'
 
 const dir = mkdtempSync(join(tmpdir(), 'fde-profile-'))
 try {
   const entry = compileForBench(join(REPO, 'test/bench/bench-server.ts'), dir)
-  const server = spawn(process.execPath, ['--perf-basic-prof', entry], { stdio: ['ignore', 'pipe', 'inherit'] })
-  let base = ''
-  for await (const line of createInterface({ input: server.stdout })) {
-    const match = /^port (\d+)$/.exec(line)
-    if (match !== null) { base = `http://127.0.0.1:${match[1]}`; break }
-  }
-  if (base === '') throw new Error('bench server did not start')
-  const post = async (path: string, method: string, body: unknown): Promise<any> =>
-    await (await fetch(base + path, { method, headers: ADMIN, body: JSON.stringify(body) })).json()
-  const key = await post('/api-keys/acme/shop/keys', 'POST', { purpose: 'profile' })
-  await post('/api-keys/acme/shop/endpoints/1/dataset/1', 'PUT', { keyIds: [key.id] })
+  const server = await startBenchServer(entry, { nodeArgs: ['--perf-basic-prof'] })
+  const [key] = await newKeys(server.base, 1)
+  await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [key.id] })
 
   // Load from before the recording starts until after it ends.
-  const load = autocannon({ url: base + DATASET, headers: { authorization: `Bearer ${key.key as string}` }, connections: 50, duration: seconds + 4 })
+  const load = autocannon({ url: server.base + DATASET, headers: { authorization: `Bearer ${key.key}` }, connections: 50, duration: seconds + 4 })
   await sleep(2000)
   const data = join(dir, 'perf.data')
   // Not spawnSync: autocannon runs in this process and must go on sending.
-  const record = spawn('perf', ['record', '-F', '2000', '-g', '-p', String(server.pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
+  const record = spawn('perf', ['record', '-F', '2000', '-g', '-p', String(server.child.pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
   const [status] = await once(record, 'exit') as [number | null]
   if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
   const result = await load
   if (result.non2xx > 0) throw new Error(`${result.non2xx} requests failed`)
-  server.kill('SIGTERM')
-  await once(server, 'exit')
+  await stopBenchServer(server)
 
   const script = spawnSync('perf', ['script', '-i', data, '-F', 'tid,ip,sym'], { maxBuffer: 1 << 30, encoding: 'utf8' })
   // perf script prints a line with the thread id, then one frame per line, then a blank line.
@@ -90,13 +82,13 @@ try {
   for (const stack of main) {
     const part = PARTS.find(([, ...names]) => holds(stack, names))?.[0] ?? REST
     counts.set(part, (counts.get(part) ?? 0) + 1)
-    if (part === PARTS[3][0]) download.push(stack)
+    if (part === DOWNLOAD) download.push(stack)
   }
   console.log('| part | share of the samples |')
   console.log('|---|---:|')
   for (const part of [...PARTS.map(([label]) => label), REST]) {
     console.log(`| ${part} | ${share(counts.get(part) ?? 0)} |`)
-    if (part !== PARTS[3][0]) continue
+    if (part !== DOWNLOAD) continue
     for (const [label, ...names] of WITHIN_DOWNLOAD) console.log(`| — of which ${label} | ${share(download.filter((stack) => holds(stack, names)).length)} |`)
   }
 } finally {

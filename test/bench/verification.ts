@@ -6,15 +6,13 @@
 //   (b) first-request verification cost with 1, 10 and 100 keys assigned
 //   (c) legitimate traffic during a wrong-secret flood on a known prefix
 //   (d) pipeline POST throughput
-import { spawn, type ChildProcess } from 'node:child_process'
 import { cpus, totalmem } from 'node:os'
-import { once } from 'node:events'
-import { createInterface } from 'node:readline'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
+import { call, newKeys, startBenchServer, stopBenchServer, type BenchServer } from './bench-process.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 10)
@@ -22,9 +20,6 @@ const seconds = Number(process.argv[2] ?? 10)
 const ROUNDS = 3
 // Which scenarios to run, e.g. `ad`; all by default.
 const only = process.argv[3] ?? 'abcd'
-const ADMIN = { 'x-permissions': 'ManageAPIKeys', 'content-type': 'application/json' }
-
-interface Server { child: ChildProcess, base: string }
 
 // The server runs compiled, under plain node (see compile.ts).
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
@@ -34,33 +29,8 @@ const serverEntry = compileForBench(join(REPO, 'test/bench/bench-server.ts'), bu
 // A key for the @fastify/bearer-auth reference route, the length of ours.
 const BEARER_KEY = randomBytes(24).toString('base64url').slice(0, 32)
 
-async function startServer (env: Record<string, string> = {}): Promise<Server> {
-  const child = spawn(process.execPath, [serverEntry], {
-    env: { ...process.env, BENCH_BEARER_KEY: BEARER_KEY, ...env }, stdio: ['ignore', 'pipe', 'inherit']
-  })
-  const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
-  for await (const line of lines) {
-    const match = /^port (\d+)$/.exec(line)
-    if (match !== null) return { child, base: `http://127.0.0.1:${match[1]}` }
-  }
-  throw new Error('bench server did not start')
-}
-
-async function stopServer (server: Server): Promise<void> {
-  server.child.kill('SIGTERM')
-  await once(server.child, 'exit')
-}
-
-async function call (base: string, method: string, path: string, body?: unknown): Promise<any> {
-  const res = await fetch(base + path, { method, headers: ADMIN, body: body === undefined ? undefined : JSON.stringify(body) })
-  if (res.status >= 400) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`)
-  return res.status === 204 ? null : res.json()
-}
-
-async function newKeys (base: string, n: number): Promise<Array<{ id: string, key: string }>> {
-  const keys = []
-  for (let i = 0; i < n; i++) keys.push(await call(base, 'POST', '/api-keys/acme/shop/keys', { purpose: `bench ${i}` }))
-  return keys
+async function startServer (env: Record<string, string> = {}): Promise<BenchServer> {
+  return startBenchServer(serverEntry, { env: { BENCH_BEARER_KEY: BEARER_KEY, ...env } })
 }
 
 type Run = Result & { cpuPerRequest: number }
@@ -105,7 +75,7 @@ if (only.includes('a') || only.includes('d')) {
   await load({ url: `${server.base}${DATASET}?format=json`, headers: auth, duration: 2 })
   // Runs on this kind of machine vary by ±15%, so each route runs ROUNDS
   // times, the routes interleaved, and the run with the median rate counts.
-  const routes: Record<string, Options> = {
+  const routes = {
     bare: { url: server.base + '/bare' },
     bearer: { url: server.base + '/bare/bearer', headers: { authorization: `Bearer ${BEARER_KEY}` } },
     lookup: { url: server.base + '/bare/lookup', headers: auth },
@@ -114,19 +84,18 @@ if (only.includes('a') || only.includes('d')) {
     unauthenticated: { url: `${server.base}/bare/unauthenticated?format=json` },
     lookupDownload: { url: `${server.base}/bare/lookup-download?format=json`, headers: auth },
     data: { url: `${server.base}${DATASET}?format=json`, headers: auth }
-  }
+  } satisfies Record<string, Options>
   const runs: Record<string, Run[]> = {}
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, options] of Object.entries(routes)) (runs[name] ??= []).push(await load(options))
   }
   const median = (name: string): Run => {
     const sorted = [...runs[name]].sort((x, y) => rate(x) - rate(y))
-    const run = sorted[sorted.length >> 1]
     if (sorted.some((r) => r.non2xx > 0)) throw new Error(`(a) ${name}: non-2xx answers`)
-    return run
+    return sorted[sorted.length >> 1]
   }
-  const [bare, bearer, lookup, hmac, naive, unauthenticated, lookupDownload, data] =
-    ['bare', 'bearer', 'lookup', 'hmac', 'naive', 'unauthenticated', 'lookupDownload', 'data'].map(median)
+  const { bare, bearer, lookup, hmac, naive, unauthenticated, lookupDownload, data } =
+    Object.fromEntries(Object.keys(routes).map((name) => [name, median(name)])) as Record<keyof typeof routes, Run>
   const versusBare = (r: Run): string[] => [(rate(r) / rate(bare)).toFixed(2), (bare.cpuPerRequest / r.cpuPerRequest).toFixed(2)]
   note('(a) bare route, same bytes precomputed', rate(bare), bare.latency.p99, cpu(bare), '1.00', '1.00')
   note('(a) reference: @fastify/bearer-auth (one key in clear) + the same bytes', rate(bearer), bearer.latency.p99, cpu(bearer), ...versusBare(bearer))
@@ -145,7 +114,7 @@ if (only.includes('a') || only.includes('d')) {
   note('(d) bare route, job-reference JSON', rate(barePost), barePost.latency.p99, cpu(barePost), '1.00', '1.00')
   note('(d) pipeline POST', rate(post), post.latency.p99, cpu(post), (rate(post) / rate(barePost)).toFixed(2), (barePost.cpuPerRequest / post.cpuPerRequest).toFixed(2))
   if (post.non2xx > 0) throw new Error(`(d) ${post.non2xx} non-2xx answers`)
-  await stopServer(server)
+  await stopBenchServer(server)
 }
 
 // (b): first request of each of 10 keys, with 1, 10 and 100 keys assigned.
@@ -169,7 +138,7 @@ if (only.includes('b')) {
     samples.sort((x, y) => x - y)
     note(`(b) first request, ${assigned} key(s) assigned: median ms (min-max)`, samples[5].toFixed(1), `${samples[0].toFixed(1)}-${samples[9].toFixed(1)}`, '', '', '')
   }
-  await stopServer(server)
+  await stopBenchServer(server)
 }
 
 // (c): legitimate traffic alone, then during a flood of wrong secrets on its prefix.
@@ -199,7 +168,7 @@ for (const throttle of only.includes('c') ? ['on', 'off'] : []) {
   const codes = Object.entries(flood.statusCodeStats ?? {}).map(([c, s]) => `${c}:${(s as { count: number }).count}`).join(' ')
   note(`(c) throttle ${throttle}: flood (50 conns, random secrets) [${codes}]`, rate(flood), flood.latency.p99, '', '', '')
   if (during.non2xx > 0) throw new Error(`(c) ${during.non2xx} legitimate requests failed`)
-  await stopServer(server)
+  await stopBenchServer(server)
 }
 
 console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ${seconds} s per run, 50 connections unless stated; bcrypt cost 10\n`)
