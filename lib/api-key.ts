@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto'
 
-// Key format (SPEC.md §2.1, DESIGN.md §3): `{prefix}-{secret}`, 10 + 1 + 21 = 31
-// characters, prefix and secret drawn from [A-Za-z0-9] only.
+// Key format (SPEC.md §2.1, DESIGN.md §3): `{prefix}-{secret}`, prefix and secret
+// drawn from [A-Za-z0-9] only. The spec's parts, 10 + 1 + 21, make 32 characters,
+// not the 31 it states in all; the parts are kept (README, "Key length").
 export const KEY_PREFIX_LENGTH = 10
 export const KEY_SECRET_LENGTH = 21
 export const KEY_LENGTH = KEY_PREFIX_LENGTH + 1 + KEY_SECRET_LENGTH
@@ -41,14 +42,42 @@ export function keyPrefixOf (value: unknown): string | null {
   return value.slice(0, KEY_PREFIX_LENGTH)
 }
 
-/** What a log line may show of a supplied value: its first 10 characters at most. */
+/**
+ * What a log line may show of a supplied value: the first 10 characters of a
+ * value at least as long as a key, so that at least a key's secret length
+ * stays unlogged. A shorter value (a truncated key, or another system's
+ * secret pasted by mistake) is not logged at all, since its first 10
+ * characters could be most or all of it.
+ */
 export function loggablePrefix (value: unknown): string | undefined {
-  return typeof value === 'string' ? value.slice(0, KEY_PREFIX_LENGTH) : undefined
+  return typeof value === 'string' && value.length >= KEY_LENGTH ? value.slice(0, KEY_PREFIX_LENGTH) : undefined
 }
 
-const KEY_ANYWHERE = /[A-Za-z0-9]{10}-[A-Za-z0-9]{21}(?![A-Za-z0-9])/g
+// A key with anything around it: a key followed by more letters is still a key
+// to hide (the whole of it is in the text).
+const KEY_ANYWHERE = /[A-Za-z0-9]{10}-[A-Za-z0-9]{21}/g
+const HAS_KEY = /[A-Za-z0-9]{10}-[A-Za-z0-9]{21}/
+// A run of URL characters and %XX escapes: a key may arrive with any of its
+// characters percent-encoded, once or more (a client that encodes twice).
+const URL_RUN = /(?:[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2})+/g
+const ESCAPE = /%([0-9A-Fa-f]{2})/g
 
-/** Replaces anything shaped like a whole key in a text by its prefix, for error messages and logs. */
+/** Percent-decoded up to three times (double encoding included), byte by byte. */
+export function percentDecoded (text: string): string {
+  let out = text
+  for (let i = 0; i < 3 && out.includes('%'); i++) {
+    out = out.replace(ESCAPE, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)))
+  }
+  return out
+}
+
+/**
+ * Masks anything shaped like a whole key in a text, for error messages and
+ * logs: a plain key keeps its prefix, a percent-encoded one is replaced whole.
+ */
 export function redactKeys (text: string): string {
-  return text.replace(KEY_ANYWHERE, (match) => `${match.slice(0, KEY_PREFIX_LENGTH)}-[redacted]`)
+  const encodedMasked = text.includes('%')
+    ? text.replace(URL_RUN, (run) => (run.includes('%') && HAS_KEY.test(percentDecoded(run)) ? '[redacted]' : run))
+    : text
+  return encodedMasked.replace(KEY_ANYWHERE, (match) => `${match.slice(0, KEY_PREFIX_LENGTH)}-[redacted]`)
 }

@@ -1,19 +1,5 @@
 import type { FastifyBaseLogger, FastifyRequest, FastifyServerOptions } from 'fastify'
-import { redactKeys } from './api-key.js'
-
-// A run of URL characters and %XX escapes: a key may arrive with any of its
-// characters percent-encoded (Fastify decodes the query and path before use).
-const URL_RUN = /(?:[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2})+/g
-const ESCAPE = /%([0-9A-Fa-f]{2})/g
-
-/** Percent-decoded up to three times (double encoding included), byte by byte. */
-function percentDecoded (text: string): string {
-  let out = text
-  for (let i = 0; i < 3 && out.includes('%'); i++) {
-    out = out.replace(ESCAPE, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)))
-  }
-  return out
-}
+import { percentDecoded, redactKeys } from './api-key.js'
 
 /** `api_key=<value>` with the value replaced, whatever the case or encoding of the name. */
 function redactApiKeyParam (pair: string): string {
@@ -29,12 +15,7 @@ function redactApiKeyParam (pair: string): string {
 export function redactUrl (url: string): string {
   const q = url.indexOf('?')
   const redacted = q < 0 ? url : url.slice(0, q + 1) + url.slice(q + 1).split('&').map(redactApiKeyParam).join('&')
-  const decodedKeysMasked = redacted.replace(URL_RUN, (run) => {
-    if (!run.includes('%')) return run
-    const decoded = percentDecoded(run)
-    return redactKeys(decoded) === decoded ? run : '[redacted]'
-  })
-  return redactKeys(decodedKeysMasked)
+  return redactKeys(redacted)
 }
 
 /**

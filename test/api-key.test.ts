@@ -1,11 +1,12 @@
 import t from 'tap'
 import { generateKey, KEY_LENGTH, keyPrefixOf, loggablePrefix, randomAlphanumeric, redactKeys } from '../lib/api-key.js'
 
-t.test('a generated key is 31 URL-safe alphanumerics around one dash, its prefix the first 10', async (t) => {
+t.test('a generated key is 10 + 21 URL-safe alphanumerics around one dash (32 characters), its prefix the first 10', async (t) => {
+  t.equal(KEY_LENGTH, 32)
   const seen = new Set<string>()
   for (let i = 0; i < 500; i++) {
     const { value, prefix } = generateKey()
-    t.equal(value.length, KEY_LENGTH)
+    t.equal(value.length, 32)
     t.match(value, /^[A-Za-z0-9]{10}-[A-Za-z0-9]{21}$/)
     t.equal(prefix, value.slice(0, 10))
     t.equal(keyPrefixOf(value), prefix)
@@ -30,10 +31,14 @@ t.test('keyPrefixOf refuses anything that is not a well-formed key', async (t) =
   }
 })
 
-t.test('loggablePrefix never yields more than 10 characters', async (t) => {
+t.test('loggablePrefix never yields more than 10 characters, nor any of a value shorter than a key', async (t) => {
   const { value } = generateKey()
   t.equal(loggablePrefix(value), value.slice(0, 10))
-  t.equal(loggablePrefix('short'), 'short')
+  t.equal(loggablePrefix(value + 'xyz'), value.slice(0, 10))
+  // A pasted password or a truncated key: its first 10 characters could be most of it.
+  t.equal(loggablePrefix('hunter22'), undefined)
+  t.equal(loggablePrefix('s3cr3t-passw0rd!'), undefined)
+  t.equal(loggablePrefix(value.slice(0, KEY_LENGTH - 1)), undefined)
   t.equal(loggablePrefix(['a']), undefined)
 })
 
@@ -46,4 +51,29 @@ t.test('redactKeys masks every whole key in a text and keeps the prefix', async 
   t.notMatch(redacted, b.value.slice(11))
   t.match(redacted, `${a.prefix}-[redacted]`)
   t.match(redacted, `${b.prefix}-[redacted]`)
+})
+
+t.test('redactKeys masks a key with letters or digits right after it, or several in a row', async (t) => {
+  const a = generateKey()
+  const b = generateKey()
+  for (const text of [`${a.value}x`, `${a.value}0`, `x${a.value}y`, `${a.value}${b.value}${a.value}`, `/api/${b.value}${a.value}z/model`]) {
+    const redacted = redactKeys(text)
+    t.notMatch(redacted, a.value.slice(11), `hides ${a.prefix} in ${JSON.stringify(text)}`)
+    t.notMatch(redacted, b.value.slice(11), `hides ${b.prefix} in ${JSON.stringify(text)}`)
+  }
+  t.equal(redactKeys(`${a.value}x`), `${a.prefix}-[redacted]x`)
+})
+
+t.test('redactKeys masks a key percent-encoded once or twice, whole', async (t) => {
+  const { value } = generateKey()
+  const once = encodeURIComponent(value).replace('-', '%2D')
+  const twice = once.replace(/%/g, '%25')
+  const everyCharacter = [...value].map((c) => '%' + c.charCodeAt(0).toString(16)).join('')
+  for (const encoded of [once, twice, everyCharacter, value.slice(0, 10) + '%252D' + value.slice(11) + 'x']) {
+    const redacted = redactKeys(`Unknown download format ${encoded}, supported formats = json`)
+    t.notMatch(redacted, value.slice(11), `hides ${JSON.stringify(encoded)}`)
+    t.match(redacted, '[redacted]')
+  }
+  // Text with escapes but no key is left alone.
+  t.equal(redactKeys('a%20b %2D c'), 'a%20b %2D c')
 })
