@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { redactKeys } from './api-key.js'
 import { authenticateHook, type AuthenticatedCall } from './authenticate.js'
 import type { PluginContext } from './context.js'
 import type { ResourceRef } from './dataset-source.js'
@@ -21,6 +22,25 @@ const IDEMPOTENCY_WAIT_MS = 10_000
 const IDEMPOTENCY_POLL_MS = 25
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 
+// A host name, IPv4 address or [IPv6 address], with an optional port.
+const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/
+
+/**
+ * The host for `job_url` when no `baseUrl` is set: the request's Host header
+ * (or X-Forwarded-Host behind a trusted proxy) when it is a plain host, else
+ * the address the request came in on (HTTP/1.0 needs no Host). The header is
+ * the client's to write: it must not add a path, query or user to the URL, nor
+ * carry a key into the body. Set `baseUrl` where clients must get one address.
+ */
+function hostOf (request: FastifyRequest): string {
+  const host = request.host as string | undefined
+  if (host !== undefined && HOST.test(host) && redactKeys(host) === host) return host
+  const { localAddress, localPort } = request.socket
+  if (localAddress === undefined) return 'localhost'
+  const address = localAddress.startsWith('::ffff:') ? localAddress.slice(7) : localAddress
+  return (address.includes(':') ? `[${address}]` : address) + (localPort === undefined ? '' : `:${localPort}`)
+}
+
 function refOf (call: AuthenticatedCall): ResourceRef {
   const { organization, project, modelSequence, resourceSequence } = call.locator
   return { organization, project, modelSequence, resourceSequence }
@@ -38,6 +58,11 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   app.decorateRequest('dataEndpointCall', null)
   app.decorateRequest('dataEndpointKeyPrefix', undefined)
   app.setErrorHandler(sendError)
+  // SPEC.md §4.2 describes no request body: a pipeline call ignores whatever
+  // body comes, in any content type or none, rather than refusing clients that
+  // always send one (`curl -d ''`, ETL tools). Node discards the unread bytes.
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (request, payload, done) => { done(null, undefined) })
 
   // SPEC.md §7.4: each call is logged with its URL (api_key redacted),
   // status, message and the key prefix, never the key. Without a logger the
@@ -67,7 +92,7 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   }
 
   function baseUrl (request: FastifyRequest): string {
-    return options.baseUrl ?? `${request.protocol}://${request.host}`
+    return options.baseUrl ?? `${request.protocol}://${hostOf(request)}`
   }
 
   async function startRun (pipeline: Pipeline, request: FastifyRequest): Promise<JobReference> {

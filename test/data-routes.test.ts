@@ -1,5 +1,10 @@
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
 import t from 'tap'
+import dataEndpoints, { SqliteStorage } from '../lib/index.js'
+import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from './fixtures.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from './helper.js'
+import { rawRequest } from './raw-http.js'
 
 // The error contract of SPEC.md §7.2 and the order of checks of DESIGN.md §2,
 // through the plugin as a host registers it.
@@ -35,6 +40,74 @@ t.test('job_url uses the baseUrl option when given', async (t) => {
   await assignKeys(app, 'pipeline', [k.id])
   const run = await app.inject({ method: 'POST', url: `${PIPELINE_URL}?api_key=${k.key}` })
   t.equal(run.json().job_url, `https://data.example.org/base/api/job/${run.json().job_id}`)
+})
+
+t.test('job_url never carries a key, a path or a query from the Host header; without Host it names the server', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  const other = await createKey(app, 'other')
+  await assignKeys(app, 'pipeline', [k.id])
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const port = (app.server.address() as AddressInfo).port
+  const post = async (headers: Array<[string, string]>, version = '1.1'): Promise<{ job_id: string, job_url: string }> => {
+    const target = `${PIPELINE_URL}?api_key=${k.key}`
+    const lines = [`POST ${target} HTTP/${version}`, ...headers.map(([n, v]) => `${n}: ${v}`), 'Connection: close', '', '']
+    const res = await rawRequest(port, Buffer.from(lines.join('\r\n'), 'latin1'))
+    t.equal(res.status, 200, JSON.stringify(headers))
+    return JSON.parse(res.body)
+  }
+  const server = `http://127.0.0.1:${port}/api/job/`
+  t.equal((await post([['Host', 'data.example.org:8443']])).job_url.split('/api/')[0], 'http://data.example.org:8443', 'a plain host is used')
+  t.equal((await post([['Host', '[::1]:3000']])).job_url.split('/api/')[0], 'http://[::1]:3000', 'an IPv6 host is used')
+  for (const host of [other.key, `${other.key}x`, 'evil.example/x?y=', 'user@evil.example', 'a b']) {
+    const body = await post([['Host', host]])
+    t.equal(body.job_url, server + body.job_id, `Host ${JSON.stringify(host.replace(other.key.slice(11), '<secret>'))} is not used`)
+  }
+  const http10 = await post([], '1.0')
+  t.equal(http10.job_url, server + http10.job_id, 'HTTP/1.0 without Host')
+})
+
+t.test('a pipeline call ignores any request body, in any content type or none', async (t) => {
+  const { app, jobs } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'pipeline', [k.id])
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const port = (app.server.address() as AddressInfo).port
+  const cases: Array<[string, Array<[string, string]>, string | undefined]> = [
+    ["curl -d ''", [['Content-Type', 'application/x-www-form-urlencoded']], ''],
+    ['empty JSON', [['Content-Type', 'application/json']], ''],
+    ['broken JSON', [['Content-Type', 'application/json']], '{"a":'],
+    ['bytes', [['Content-Type', 'application/octet-stream']], '\u0000\u0001'],
+    ['no content type', [], 'hello'],
+    ['a made-up content type', [['Content-Type', 'x/y; charset=nope']], 'hello'],
+    ['over the default body limit', [['Content-Type', 'application/json']], 'x'.repeat(1024 * 1024 + 1)]
+  ]
+  for (const [name, headers, body] of cases) {
+    const before = jobs.starts
+    const res = await rawRequest(port, { method: 'POST', target: `${PIPELINE_URL}?api_key=${k.key}`, headers, body })
+    t.equal(res.status, 200, name)
+    t.match(JSON.parse(res.body), { job_id: String, job_url: String }, name)
+    t.equal(jobs.starts, before + 1, `${name}: one run started`)
+  }
+})
+
+t.test('a method the host adds to Fastify before registering the plugin gets 405 with Allow', async (t) => {
+  const app = Fastify()
+  app.addHttpMethod('PROPFIND', { hasBody: true })
+  await app.register(dataEndpoints, {
+    storage: new SqliteStorage({ filename: ':memory:' }),
+    datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
+    pipelines: new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh'),
+    jobs: new MemoryJobs(),
+    getPermissions: () => []
+  })
+  t.teardown(() => app.close())
+  for (const [url, allow] of [[DATASET_URL, 'GET'], [PIPELINE_URL, 'POST']]) {
+    const res = await app.inject({ method: 'PROPFIND' as 'GET', url })
+    t.equal(res.statusCode, 405, url)
+    t.equal(res.headers.allow, allow)
+    t.same(res.json(), { message: 'Endpoint or method not allowed' })
+  }
 })
 
 t.test('403 Not authorized when no key is supplied, in any of the ways a key can be missing', async (t) => {

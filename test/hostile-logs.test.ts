@@ -61,6 +61,12 @@ t.test('the example server at trace level: no secret in any log line or error bo
   const renewed = await management('POST', `/keys/${rotated.id}/regenerate`)
   const secrets = [key, inactive.key, rotated.key, renewed.key, adminToken]
   const wrong = `${key.slice(0, 11)}${'W'.repeat(21)}`
+  // Another system's secret sent as a key by mistake: shorter than a key, so
+  // no part of it may be logged as a prefix.
+  const password = `pw${randomUUID().slice(0, 8)}`
+  secrets.push(password)
+  /** The dash percent-encoded twice: one decoding (Fastify's) still leaves no key. */
+  const encodeDashTwice = (k: string): string => `${k.slice(0, 10)}%252D${k.slice(11)}`
 
   let n = 0
   // Each data request carries n=<i>, so that its log line can be found.
@@ -84,6 +90,9 @@ t.test('the example server at trace level: no secret in any log line or error bo
     { name: 'wrong secret', request: get(data(DATASET, `api_key=${wrong}`)), status: 403, message: 'Unknown API key', dataCall: { keyPrefix: prefix } },
     { name: 'key as the format', request: get(data(DATASET, `format=${key}`), [bearer(key)]), status: 500, message: /^Unknown download format /, dataCall: { keyPrefix: prefix } },
     { name: 'encoded key as the format', request: get(data(DATASET, `format=${encodeDash(key)}`), [bearer(key)]), status: 500, message: /^Unknown download format /, dataCall: { keyPrefix: prefix } },
+    { name: 'key and a letter as the format', request: get(data(DATASET, `format=${key}x`), [bearer(key)]), status: 500, message: /^Unknown download format /, dataCall: { keyPrefix: prefix } },
+    { name: 'key with its dash encoded twice as the format', request: get(data(DATASET, `format=${encodeDashTwice(key)}`), [bearer(key)]), status: 500, message: /^Unknown download format /, dataCall: { keyPrefix: prefix } },
+    { name: 'another secret as the key', request: get(data(DATASET, `api_key=${password}`)), status: 403, message: 'Unknown API key', dataCall: {} },
     { name: 'key as the entity', request: get(data(DATASET, `entity=${key}&format=json`), [bearer(key)]), status: 400, message: /entity/, dataCall: { keyPrefix: prefix } },
     { name: 'key as the limit', request: get(data(DATASET, `limit=${key}`), [bearer(key)]), status: 400, message: /limit/, dataCall: { keyPrefix: prefix } },
     { name: 'wrong method', request: { method: 'POST', target: data(DATASET, `api_key=${key}`) }, status: 405, message: 'Endpoint or method not allowed', dataCall: {} },
@@ -91,9 +100,13 @@ t.test('the example server at trace level: no secret in any log line or error bo
     { name: 'unknown endpoint', request: get(data('/api/acme/shop/model/1/dataset/9', `api_key=${key}`)), status: 403, message: 'Unknown API Endpoint', dataCall: { keyPrefix: prefix } },
     { name: 'key in a path segment', request: get(data(`/api/acme/${key}/model/1/dataset/1`, `api_key=${key}`)), status: 403, message: 'Unknown API Endpoint', dataCall: { keyPrefix: prefix } },
     { name: 'encoded key in a path segment', request: get(data(`/api/acme/${encodeDash(key)}/model/1/dataset/1`, '')), status: 403, message: 'Not authorized', dataCall: {} },
+    { name: 'key and a letter in a path segment', request: get(data(`/api/acme/${inactive.key}x/model/1/dataset/1`, `api_key=${key}`)), status: 403, message: 'Unknown API Endpoint', dataCall: { keyPrefix: prefix } },
+    { name: 'keys back to back in a path segment', request: get(data(`/api/acme/${inactive.key}${renewed.key}/model/1/dataset/1`, `api_key=${key}`)), status: 403, message: 'Unknown API Endpoint', dataCall: { keyPrefix: prefix } },
     { name: 'not a sequence', request: get(data('/api/acme/shop/model/1e3/dataset/1', `api_key=${key}`)), status: 404, message: 'Not found', dataCall: {} },
     { name: 'dot segments', request: get(`${DATASET}/../1?api_key=${key}`), status: 404, message: 'Not found' },
     { name: 'key as a job id', request: get(`/api/job/${key}?api_key=${key}`), status: 404, message: 'Invalid job id' },
+    { name: 'key and a letter as a job id', request: get(`/api/job/${key}x`), status: 404, message: 'Invalid job id' },
+    { name: 'key with its dash encoded twice as a job id', request: get(`/api/job/${encodeDashTwice(key)}`), status: 404, message: 'Invalid job id' },
     { name: 'encoded key as a job id', request: get(`/api/job/${encodeDash(key)}`), status: 404, message: 'Invalid job id' },
     { name: 'no route under /api', request: get(`/api/acme/shop?api_key=${key}`), status: 404, message: 'Not found' },
     { name: 'no route under the management prefix', request: get(`/api-keys/nothing?api_key=${encodeDash(key)}`), status: 404, message: 'Not found' },
@@ -110,6 +123,8 @@ t.test('the example server at trace level: no secret in any log line or error bo
     { name: 'header over 16 KB', request: get(`${DATASET}?api_key=${key}`, [['X-Padding', 'p'.repeat(20_000)]]), status: 431 },
     { name: 'URL over 16 KB', request: get(`${DATASET}?api_key=${key}&pad=${'p'.repeat(20_000)}`), status: 431 },
     { name: 'key in the Host header', request: get(`${DATASET}?meta=entities`, [['Host', key], bearer(key)]), status: 200 },
+    { name: 'key and a letter in the Host header', request: get(`${DATASET}?meta=entities`, [['Host', `${inactive.key}x`], bearer(key)]), status: 200 },
+    { name: 'key in the Host header of a pipeline call', request: { method: 'POST', target: data(PIPELINE, `api_key=${key}`), headers: [['Host', `${renewed.key}x`]] }, status: 200, dataCall: { keyPrefix: prefix } },
     { name: 'key in X-Forwarded-For', request: get(`${DATASET}?meta=entities`, [['X-Forwarded-For', key], bearer(key)]), status: 200 },
     { name: 'key as Basic credentials', request: get(`${DATASET}?meta=entities`, [['Authorization', `Basic ${Buffer.from(`x:${key}`).toString('base64')}`]]), status: 403, message: 'Not authorized' },
     { name: 'data key on management', request: get('/api-keys/acme/shop/keys', [bearer(key)]), status: 403, message: 'Not authorized' },
