@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import type { Column, DatasetSource, RowsOptions } from '../lib/index.js'
+import { fileNameOf } from '../lib/client/content-disposition.js'
 import { MemoryDatasets, SALES_REF, salesDataset } from './fixtures.js'
 import { ProbeDatasets, type SourceProbe, type SourceShape } from './format-fixtures.js'
 import { loadSqlite, parseCsv, readArchive } from './format-readers.js'
@@ -50,6 +51,18 @@ t.test('a non-ASCII dataset name keeps an ASCII fallback and the exact UTF-8 nam
   const res = await app.inject({ url: url('format=json') })
   t.equal(res.headers['content-disposition'],
     `attachment; filename="Verk_ufe_2024_.json"; filename*=UTF-8''${encodeURIComponent('Verkäufe "2024".json')}`)
+})
+
+t.test('the UTF-8 file name holds only the characters RFC 8187 allows, and reads back exactly', async (t) => {
+  const name = "weird name/ü'(x)*!~"
+  const datasets = new MemoryDatasets().add(SALES_REF, { ...salesDataset(), name })
+  const { app, url } = await appWithKey(t, { datasets })
+  const header = (await app.inject({ url: url('format=json') })).headers['content-disposition'] as string
+  const extended = /filename\*=UTF-8''(.*)$/.exec(header)?.[1] ?? ''
+  // RFC 8187 value-chars: attr-char or a %XX escape.
+  t.match(extended, /^(?:[A-Za-z0-9!#$&+\-.^_`|~]|%[0-9A-F]{2})+$/)
+  t.equal(decodeURIComponent(extended), `${name}.json`)
+  t.equal(fileNameOf(header), `${name}.json`, 'the client reads the same name')
 })
 
 t.test('json: one object keyed by entity, rows as objects, exact values', async (t) => {
