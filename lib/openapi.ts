@@ -68,7 +68,7 @@ export const pipelineRoute = {
     tags: ['data'],
     summary: 'Start a pipeline run',
     description: 'Needs an API key assigned to the endpoint, as for datasets. Each call starts a run: check the job ' +
-      'status before retrying, or send an `Idempotency-Key`.',
+      'status before retrying, or send an `Idempotency-Key`. Any request body is ignored.',
     params: DataRouteParams,
     headers: PipelineHeaders,
     response: PipelineResponses
@@ -101,7 +101,7 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
   'POST /:organization/:project/keys': {
     summary: 'Create an API key; its value is in this answer only',
     ok: 'the key, its whole value in `key`: shown this once only',
-    400: 'a bad body (`purpose` required, 1 to 200 characters); the message names the field'
+    400: 'a bad body (`purpose` required: 1 to 200 characters, not only spaces, no control characters); the message names the field'
   },
   'PATCH /:organization/:project/keys/:keyId': {
     summary: 'Edit a key\'s purpose or active flag',
