@@ -1,12 +1,15 @@
+import { spawnSync } from 'node:child_process'
 import type { Readable } from 'node:stream'
 import Database from 'better-sqlite3'
+import type { Test } from 'tap'
 import tar from 'tar-stream'
 import yauzl from 'yauzl'
 
 // Strict readers for what the formats write, used to read downloads back:
 // an RFC 4180 parser that keeps NULL (empty unquoted) apart from "" (empty
 // quoted), a reader for the SQL*Loader .dat files, and zip and tar readers
-// built on yauzl and tar-stream.
+// built on yauzl and tar-stream; SQLite loaders through better-sqlite3 and
+// through the sqlite3 command-line shell.
 
 export async function collect (body: Readable | AsyncIterable<Uint8Array | string>): Promise<Buffer> {
   const chunks: Buffer[] = []
@@ -110,5 +113,38 @@ export function loadSqlite (script: string): Database.Database {
   const db = new Database(':memory:')
   db.defaultSafeIntegers(true)
   db.exec(script)
+  return db
+}
+
+let cliProblem: string | null | undefined // probed once per process: null when it runs
+
+/**
+ * Whether the sqlite3 command-line shell runs. Without it, records one
+ * skipped assertion that says how to get it; with
+ * DATA_ENDPOINTS_REQUIRE_SQLITE3=1 (CI sets it) it fails instead, as
+ * pgAvailable does for PostgreSQL.
+ */
+export function sqliteCliAvailable (t: Test): boolean {
+  if (cliProblem === undefined) {
+    const probe = spawnSync('sqlite3', ['-version'], { encoding: 'utf8' })
+    cliProblem = probe.status === 0 ? null : probe.error?.message ?? probe.stderr.trim()
+  }
+  if (cliProblem === null) return true
+  const message = `sqlite3 shell not runnable (${cliProblem}); install it (apt-get install sqlite3) to run these`
+  if (process.env.DATA_ENDPOINTS_REQUIRE_SQLITE3 === '1') t.fail(message + ' (required: DATA_ENDPOINTS_REQUIRE_SQLITE3=1)')
+  else t.pass(message, { skip: true })
+  return false
+}
+
+/**
+ * Loads a script into the database file `file` as `sqlite3 file < script`
+ * does (stopping at the first error), then opens it with better-sqlite3,
+ * read-only, 64-bit integers as BigInt.
+ */
+export function loadSqliteCli (script: string, file: string): Database.Database {
+  const run = spawnSync('sqlite3', ['-bail', file], { input: script, encoding: 'utf8' })
+  if (run.status !== 0 || run.stderr !== '') throw new Error(`sqlite3 exited with ${run.status}: ${run.stderr}`)
+  const db = new Database(file, { readonly: true, fileMustExist: true })
+  db.defaultSafeIntegers(true)
   return db
 }

@@ -3,16 +3,26 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import pg from 'pg'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import type { Column, Row } from '../lib/index.js'
 import { FORMATS } from '../lib/formats/index.js'
-import { ddlFor } from '../lib/formats/sql.js'
+import { ddlFor, sqlString } from '../lib/formats/sql.js'
+import { openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData } from '../examples/sample-datasets.js'
+import { MemoryDatasets, SALES_REF } from './fixtures.js'
 import { ALL_TYPES, datasetOf, specOf } from './format-fixtures.js'
-import { collect, loadSqlite } from './format-readers.js'
+import { collect, loadSqlite, loadSqliteCli, sqliteCliAvailable } from './format-readers.js'
+import { assignKeys, buildApp, createKey, DATASET_URL } from './helper.js'
 import { freshSchema, pgAvailable } from './pg.js'
 
 // The sql format's choices, one by one: DDL per type, INSERT batches, one
-// transaction, identifiers, binary, exact decimals, refused values.
+// transaction, identifiers, binary, exact decimals, refused values, CR LF
+// and bare-number json through the sqlite3 shell, names SQLite reserves.
+
+async function tempFile (t: Test, name: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'fde-sql-test-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  return join(dir, name)
+}
 
 async function script (entities: Array<{ name: string, columns: Column[], rows: Row[] }>): Promise<string> {
   return (await collect(FORMATS.sql(specOf(datasetOf('d', entities))).body)).toString('utf8')
@@ -33,7 +43,7 @@ t.test('DDL: one portable type per logical type', async (t) => {
     '  "local time" TIMESTAMP,',
     '  "at" TIMESTAMP WITH TIME ZONE,',
     '  "bytes" BYTEA,',
-    '  "doc" JSON,',
+    '  "doc" JSON /* SQLite: TEXT, exact */ COMPRESSION "default",',
     '  PRIMARY KEY ("id")',
     ');',
     ''
@@ -41,6 +51,7 @@ t.test('DDL: one portable type per logical type', async (t) => {
   const db = loadSqlite(ddlFor([{ name: 'all', columns: ALL_TYPES }]))
   const affinity = db.prepare("SELECT name, type FROM pragma_table_info('all')").raw().all() as string[][]
   t.same(affinity.find(([name]) => name === 'long decimal'), ['long decimal', 'NUMERIC /* SQLite: TEXT, exact */ (40,10)'])
+  t.same(affinity.find(([name]) => name === 'doc'), ['doc', 'JSON /* SQLite: TEXT, exact */ COMPRESSION "default"'], 'the comment is part of the type')
   db.close()
 })
 
@@ -65,9 +76,7 @@ t.test('rows go in multi-row INSERTs of at most 500 rows, streamed in chunks', a
 t.test('a script cut short loads nothing: everything is in one transaction', async (t) => {
   const full = await script([{ name: 'wide', columns: WIDE, rows: [[1, 'a'], [2, 'b']] }])
   const cut = full.slice(0, full.lastIndexOf('COMMIT;'))
-  const dir = await mkdtemp(join(tmpdir(), 'fde-sql-test-'))
-  t.teardown(() => rm(dir, { recursive: true, force: true }))
-  const file = join(dir, 'cut.db')
+  const file = await tempFile(t, 'cut.db')
   const first = new Database(file)
   first.exec(cut)
   t.ok(first.inTransaction, 'the transaction is still open at the end of the file')
@@ -142,4 +151,108 @@ t.test('a value the column cannot hold fails the stream, naming entity and colum
     { message: /^Entity "typed", column "exact": decimal does not fit/ })
   await t.rejects(script([{ name: 'typed', columns: TYPED, rows: [['1; DROP TABLE typed', null, null, null]] }]),
     { message: 'Entity "typed", column "id": an integer column needs an integer' }, 'never written into the script as is')
+})
+
+// Regression: the sqlite3 shell drops a CR that ends an input line, so a raw
+// CR LF inside a literal loaded as LF alone.
+const CR_TEXTS = [
+  'a\r\nb', 'lone\rCR', 'CR at the end\r', 'CR CR LF\r\r\n', '\r\n', '\r\n\r\n', "it's\r\n'quoted'\r\n", 'LF CR\n\r',
+  // more CR LFs than SQLite's expression depth limit (1000), had they been a flat chain of ||
+  'many\r\n'.repeat(3000)
+]
+// Regression: with JSON (NUMERIC affinity) SQLite turned these into numbers
+// ('0.3', '1.23456789012346e+19', '1.0e+21'). 12345678901234567890 is written 12345678901234567000.
+const JSON_VALUES = [0.30000000000000004, 12345678901234567890, 1e21, 100, -1.5e-7, 'a\r\nb', [1, 2.5], { a: 1e300 }, true]
+const EDGE: Column[] = [
+  { name: 'id', type: 'integer', primaryKey: true },
+  { name: 'text', type: 'text' },
+  { name: 'short', type: 'text', maxLength: 20 },
+  { name: 'doc', type: 'json' }
+]
+const EDGE_ROWS: Row[] = Array.from({ length: Math.max(CR_TEXTS.length, JSON_VALUES.length) }, (_, i) => {
+  const text = CR_TEXTS[i] ?? null
+  return [i + 1, text, text !== null && text.length <= 20 ? text : null, JSON_VALUES[i] ?? null]
+})
+const EDGE_EXPECTED = EDGE_ROWS.map(([id, text, short, doc]) => [id, text, short, doc === null ? null : JSON.stringify(doc)])
+
+const hex = (s: unknown): string | null => typeof s === 'string' ? Buffer.from(s, 'utf8').toString('hex').toUpperCase() : null
+
+t.test('a CR LF is split into two literals; no raw CR comes right before a raw LF', async (t) => {
+  t.equal(sqlString("it's\r\nfine"), "('it''s\r' || '\nfine')")
+  t.equal(sqlString('a\r\r\nb\rc\n'), "('a\r\r' || '\nb\rc\n')")
+  t.equal(sqlString('\r\n\r\n'), "('\r' || ('\n\r' || '\n'))", 'a balanced tree of ||')
+  const sql = await script([{ name: 'edge', columns: EDGE, rows: EDGE_ROWS }])
+  t.notOk(sql.includes('\r\n'))
+  t.ok(sql.includes('\r'), 'the CRs are still there')
+})
+
+t.test('CR, LF and bare-number json load exactly with better-sqlite3 and PostgreSQL', async (t) => {
+  const sql = await script([{ name: 'edge', columns: EDGE, rows: EDGE_ROWS }])
+  const db = loadSqlite(sql)
+  t.strictSame(db.prepare('SELECT id, text, short, doc FROM edge ORDER BY id').raw().all().map((r) => [Number((r as unknown[])[0]), ...(r as unknown[]).slice(1)]), EDGE_EXPECTED)
+  t.same(db.prepare('SELECT DISTINCT typeof(doc) FROM edge WHERE doc IS NOT NULL').raw().all(), [['text']], 'json stays text in SQLite')
+  db.close()
+  const url = await pgAvailable(t)
+  if (url === null) return
+  const { client } = await freshSchema(t, url)
+  await client.query(sql)
+  const rows = await client.query({ text: 'SELECT id, text, short, doc::text, pg_typeof(doc)::text FROM edge ORDER BY id', rowMode: 'array' })
+  t.strictSame(rows.rows.map((r: unknown[]) => r.slice(0, 4)), EDGE_EXPECTED)
+  t.same([...new Set(rows.rows.map((r: unknown[]) => r[4]))], ['json'], 'still json in PostgreSQL')
+})
+
+t.test('the sqlite3 shell loads CR, LF and bare-number json exactly', async (t) => {
+  if (!sqliteCliAvailable(t)) return
+  const sql = await script([{ name: 'edge', columns: EDGE, rows: EDGE_ROWS }])
+  const db = loadSqliteCli(sql, await tempFile(t, 'edge.db'))
+  t.teardown(() => db.close())
+  const rows = db.prepare('SELECT id, hex(text), hex(short), hex(doc), typeof(doc) FROM edge ORDER BY id').raw().all() as unknown[][]
+  t.strictSame(rows.map((r) => r.slice(0, 4)), EDGE_EXPECTED.map(([id, text, short, doc]) => [BigInt(id as number), hex(text) ?? '', hex(short) ?? '', hex(doc) ?? '']))
+  t.strictSame(db.prepare('SELECT id, doc FROM edge WHERE id <= 3 ORDER BY id').raw().all(),
+    [[1n, '0.30000000000000004'], [2n, '12345678901234567000'], [3n, '1e+21']], 'bare numbers keep their JSON text')
+})
+
+t.test("the example's sample dataset loads through the sqlite3 shell as through better-sqlite3", async (t) => {
+  if (!sqliteCliAvailable(t)) return
+  const source = await tempFile(t, 'example.db')
+  const seed = openExampleDatabase(source)
+  seedSampleData(seed, 20)
+  seed.close()
+  const datasets = new SampleDatasets(source)
+  t.teardown(() => datasets.close())
+  const sales = await datasets.getDataset({ ...SAMPLE_MODEL, resourceSequence: 1 })
+  if (sales === null) throw new Error('no sales dataset')
+  const sql = (await collect(FORMATS.sql(specOf(sales)).body)).toString('utf8')
+  const cli = loadSqliteCli(sql, await tempFile(t, 'sales.db'))
+  t.teardown(() => cli.close())
+  const reference = loadSqlite(sql)
+  t.teardown(() => reference.close())
+  for (const entity of sales.entities) {
+    // Storage class and bytes of every value.
+    const query = `SELECT ${entity.columns.map((c) => `typeof("${c.name}") || ':' || hex("${c.name}")`).join(', ')} FROM "${entity.name}" ORDER BY id`
+    t.same(cli.prepare(query).raw().all(), reference.prepare(query).raw().all(), entity.name)
+  }
+  t.equal((cli.prepare('SELECT notes FROM customers WHERE id = 4').raw().get() as string[])[0], 'Comma, "quotes" and a CRLF\r\nin one note')
+})
+
+t.test('names SQLite cannot take are refused before anything is sent', async (t) => {
+  const columns: Column[] = [{ name: 'id', type: 'integer' }]
+  t.throws(() => ddlFor([{ name: 'cr\r\nlf', columns }]), { message: 'The name "cr\r\nlf" contains CR LF, which the sql format cannot carry (the sqlite3 shell drops the CR)' })
+  t.throws(() => ddlFor([{ name: 't', columns: [{ name: 'a\r\nb', type: 'text' }] }]), /contains CR LF/)
+  t.throws(() => ddlFor([{ name: 'sqlite_sequence', columns }]), /cannot be a SQLite table name/)
+  t.doesNotThrow(() => ddlFor([{ name: 'sqlite', columns }, { name: 'my_sqlite_t', columns }, { name: 'cr\r', columns }]))
+
+  const datasets = new MemoryDatasets().add(SALES_REF, { name: 'reserved', entities: [{ name: 'SQLite_Stat1', columns, rows: [[1]] }] })
+  const app = (await buildApp(t, { datasets })).app
+  const { id, key } = await createKey(app)
+  await assignKeys(app, 'dataset', [id])
+  const message = 'The entity name "SQLite_Stat1" cannot be a SQLite table name (names beginning with sqlite_ are reserved by SQLite)'
+  for (const query of ['', '&format=sql', '&meta=ddl', '&meta=ddl&format=json']) {
+    const res = await app.inject({ url: `${DATASET_URL}?api_key=${key}${query}` })
+    t.equal(res.statusCode, 500, query || 'the default format')
+    t.same(res.json(), { message }, query || 'the default format')
+  }
+  const oracle = await app.inject({ url: `${DATASET_URL}?api_key=${key}&meta=ddl&format=oracle-loader` })
+  t.equal(oracle.statusCode, 200, 'Oracle takes the name')
+  t.same((await app.inject({ url: `${DATASET_URL}?api_key=${key}&format=json` })).json(), { SQLite_Stat1: [{ id: 1 }] })
 })
