@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from './api-key.js'
+import { PATTERN_MESSAGES } from './schemas.js'
 
 function statusOf (error: FastifyError): number {
   // Only our own catalogue and Fastify's request errors (bad JSON, body too
@@ -21,7 +22,9 @@ function messageOf (error: FastifyError): string {
       const name = extra.additionalProperty ?? [extra.additionalProperties ?? []].flat()[0] ?? path
       return `${where}: unknown field "${name}"`
     }
-    return `${where}${path === '' ? '' : '.' + path}: ${v.message ?? 'is invalid'}`
+    // A pattern's failure says what the value must be, not the regex.
+    const described = v.keyword === 'pattern' ? PATTERN_MESSAGES.get(String(v.params.pattern)) : undefined
+    return `${where}${path === '' ? '' : '.' + path}: ${described ?? v.message ?? 'is invalid'}`
   }
   return error.message || 'Internal Server Error'
 }

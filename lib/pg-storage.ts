@@ -151,6 +151,13 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
+// PostgreSQL text cannot hold NUL (U+0000), and a query that sends one fails.
+// No stored id, moniker or prefix has one, so a lookup by such a value finds
+// nothing, as it would on SQLite; writes of such a value still fail.
+function hasNul (...values: string[]): boolean {
+  return values.some((v) => v.includes('\u0000'))
+}
+
 function isPrefixTaken (err: unknown): boolean {
   const e = err as { code?: string, constraint?: string }
   return e.code === '23505' && e.constraint === 'api_keys_prefix_key'
@@ -353,8 +360,11 @@ export class PgStorage implements Storage {
   }
 
   async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return null
+    // A prefix with NUL is no key's: the endpoint alone, as for an unknown prefix.
+    const keyPrefix = prefix !== null && hasNul(prefix) ? null : prefix
     const { rows } = await this.run<{ endpoint_id: string, key_id: string | null, hash: string | null, is_active: boolean | null }>(
-      this.sql.lookup, [...locatorParams(locator), prefix], this.lookupName)
+      this.sql.lookup, [...locatorParams(locator), keyPrefix], this.lookupName)
     if (rows.length === 0) return null
     const row = rows[0]
     return {
@@ -406,10 +416,12 @@ export class PgStorage implements Storage {
   }
 
   async listKeys (project: ProjectRef): Promise<ApiKeyRecord[]> {
+    if (hasNul(project.organization, project.project)) return []
     return (await this.run<KeyRow>(this.sql.listKeys, [project.organization, project.project])).rows.map(toKey)
   }
 
   async getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null> {
+    if (hasNul(project.organization, project.project, keyId)) return null
     const { rows } = await this.run<KeyRow>(this.sql.getKey, [project.organization, project.project, keyId])
     return rows.length === 0 ? null : toKey(rows[0])
   }
@@ -426,12 +438,14 @@ export class PgStorage implements Storage {
   }
 
   async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null> {
+    if (hasNul(project.organization, project.project, keyId)) return null
     const { rows } = await this.run<KeyRow>(this.sql.updateKey,
       [project.organization, project.project, keyId, patch.purpose ?? null, patch.isActive ?? null])
     return rows.length === 0 ? null : toKey(rows[0])
   }
 
   async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }): Promise<ApiKeyRecord | null> {
+    if (hasNul(project.organization, project.project, keyId)) return null
     try {
       const { rows } = await this.run<KeyRow>(this.sql.setSecret,
         [project.organization, project.project, keyId, secret.prefix, secret.hash])
@@ -443,21 +457,25 @@ export class PgStorage implements Storage {
   }
 
   async deleteKey (project: ProjectRef, keyId: string): Promise<boolean> {
+    if (hasNul(project.organization, project.project, keyId)) return false
     return (await this.run(this.sql.deleteKey, [project.organization, project.project, keyId])).rowCount === 1
   }
 
   async listEndpoints (project: ProjectRef): Promise<EndpointRecord[]> {
+    if (hasNul(project.organization, project.project)) return []
     return (await this.run<EndpointRow>(this.sql.listEndpoints, [project.organization, project.project])).rows.map(toEndpoint)
   }
 
   async getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return null
     const { rows } = await this.run<EndpointRow>(this.sql.getEndpoint, locatorParams(locator))
     return rows.length === 0 ? null : toEndpoint(rows[0])
   }
 
   async putEndpoint (locator: EndpointLocator, keyIds: string[]): Promise<PutEndpointResult> {
     await this.migrate()
-    const wanted = [...new Set(keyIds)]
+    // An id with NUL is no key's: reported unknown below, never sent.
+    const wanted = [...new Set(keyIds)].filter((id) => !hasNul(id))
     const where = locatorParams(locator)
     return this.transaction(async (client): Promise<PutEndpointResult> => {
       const { rows: known } = await this.query<{ id: string }>(client, this.sql.projectKeys,
@@ -484,6 +502,7 @@ export class PgStorage implements Storage {
   }
 
   async deleteEndpoint (locator: EndpointLocator): Promise<boolean> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return false
     return (await this.run(this.sql.deleteEndpoint, locatorParams(locator))).rowCount === 1
   }
 

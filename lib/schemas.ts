@@ -5,7 +5,8 @@ import { Type, type Static } from 'typebox'
 
 export const ErrorBody = Type.Object({ message: Type.String() })
 
-const Moniker = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._~-]{0,99}$', description: 'moniker' })
+const MONIKER_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._~-]{0,99}$'
+const Moniker = Type.String({ pattern: MONIKER_PATTERN, description: 'moniker' })
 /**
  * The source of a pattern matching exactly the decimal integers 1 to `max`
  * written plainly: every shorter number, then for each digit of `max` the
@@ -26,7 +27,22 @@ function plainIntegersUpTo (max: string): string {
 // same rule as the data routes.
 const SEQUENCE_PATTERN = plainIntegersUpTo(String(Number.MAX_SAFE_INTEGER))
 const Sequence = Type.String({ pattern: SEQUENCE_PATTERN, description: 'positive integer' })
-const Purpose = Type.String({ minLength: 1, maxLength: 200 })
+// A purpose: a non-space character somewhere, no control character (C0, DEL)
+// anywhere, at most 200 code points (as the page counts). The lookahead keeps
+// the match linear: when errors are listed, the pattern runs on a string of
+// any length the body limit allows, past maxLength too.
+const PURPOSE_PATTERN = '^(?=\\s*\\S)[^\\u0000-\\u001f\\u007f]*$'
+const Purpose = Type.String({ minLength: 1, maxLength: 200, pattern: PURPOSE_PATTERN })
+
+/**
+ * What a value failing each pattern must be. 400 messages say this instead
+ * of quoting the regular expression (error-reply.ts).
+ */
+export const PATTERN_MESSAGES: ReadonlyMap<string, string> = new Map([
+  [MONIKER_PATTERN, 'must be 1 to 100 letters, digits or ._~-, starting with a letter or digit'],
+  [SEQUENCE_PATTERN, `must be a positive integer (1 to ${Number.MAX_SAFE_INTEGER}, no sign, exponent or leading zero)`],
+  [PURPOSE_PATTERN, 'must have a non-space character and no control characters']
+])
 
 export const ProjectParams = Type.Object({
   organization: Moniker,

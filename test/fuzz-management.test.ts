@@ -63,6 +63,9 @@ class Model {
 
 const isMoniker = (s: string): boolean => /^[A-Za-z0-9][A-Za-z0-9._~-]*$/.test(s) && s.length <= 100
 const isKeyId = (s: string): boolean => s.length >= 1 && s.length <= 100
+// 1 to 200 code points, a non-space one among them, no control character (C0, DEL).
+const isPurpose = (p: unknown): boolean => typeof p === 'string' && [...p].length <= 200 && p.trim() !== '' &&
+  !/[\x00-\x1f\x7f]/.test(p) // eslint-disable-line no-control-regex
 
 interface Expected {
   status: number
@@ -124,7 +127,7 @@ function bodyProblem (schema: 'create' | 'update' | 'put', body: unknown): strin
   const unknown = fields.filter((f) => !allowed.includes(f))
   if (unknown.length > 0) return `body: unknown field "${unknown[0]}"`
   const wrong: string[] = []
-  if ('purpose' in value && !(typeof value.purpose === 'string' && value.purpose.length >= 1 && value.purpose.length <= 200)) wrong.push('purpose')
+  if ('purpose' in value && !isPurpose(value.purpose)) wrong.push('purpose')
   if ('isActive' in value && typeof value.isActive !== 'boolean') wrong.push('isActive')
   if ('keyIds' in value) {
     const ids = value.keyIds
@@ -275,7 +278,7 @@ const byId = (a: { id: string }, b: { id: string }): number => a.id < b.id ? -1 
 
 const purpose = fc.oneof(
   { weight: 6, arbitrary: fc.string({ minLength: 1, maxLength: 30, unit: 'grapheme-ascii' }) },
-  { weight: 1, arbitrary: fc.constantFrom('Bäckerei 中文', 'line\nbreak', 'quote"s', '\u0000nul', 'x'.repeat(200)) }
+  { weight: 1, arbitrary: fc.constantFrom('Bäckerei 中文', 'line\nbreak', 'quote"s', '\u0000nul', 'x'.repeat(200), '😀'.repeat(200), '   ', '\u3000') }
 )
 const badValue = fc.constantFrom<unknown>('', 'x'.repeat(201), 42, true, null, [], {}, 'yes', 0)
 const keyIdText = fc.oneof(

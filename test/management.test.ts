@@ -264,3 +264,55 @@ t.test('a cross-site form post cannot reach a handler: only JSON bodies are read
   const ok = await app.inject({ method: 'POST', url: `${P}/keys/${k.id}/regenerate`, headers: ADMIN })
   t.equal(ok.statusCode, 200, 'a body-less POST without content type still works')
 })
+
+t.test('a purpose that is only spaces or holds a control character: 400 naming purpose, on create and edit', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app, 'kept')
+  const refusal = 'must have a non-space character and no control characters'
+  for (const purpose of ['   ', '\u3000', 'a\u0000b', 'line\nbreak', 'tab\there', 'del\u007f', ' \u001f ']) {
+    const created = await app.inject({ method: 'POST', url: `${P}/keys`, headers: ADMIN, payload: { purpose } })
+    t.same([created.statusCode, created.json()], [400, { message: `body.purpose: ${refusal}` }], JSON.stringify(purpose))
+    const edited = await app.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { purpose } })
+    t.same([edited.statusCode, edited.json()], [400, { message: `body.purpose: ${refusal}` }], JSON.stringify(purpose))
+  }
+  const keys = (await app.inject({ url: `${P}/keys`, headers: ADMIN })).json()
+  t.same(keys.map((x: { purpose: string }) => x.purpose), ['kept'], 'nothing created or changed')
+
+  // Spaces around text are the caller's; the limit counts code points.
+  for (const purpose of [' padded ', 'Bäckerei 中文', '😀'.repeat(200)]) {
+    const res = await app.inject({ method: 'POST', url: `${P}/keys`, headers: ADMIN, payload: { purpose } })
+    t.same([res.statusCode, res.json().purpose], [201, purpose], JSON.stringify(purpose).slice(0, 20))
+  }
+  const long = await app.inject({ method: 'POST', url: `${P}/keys`, headers: ADMIN, payload: { purpose: '😀'.repeat(201) } })
+  t.same([long.statusCode, long.json()], [400, { message: 'body.purpose: must not have more than 200 characters' }])
+})
+
+t.test('the purpose check stays linear on a body near the size limit', async (t) => {
+  const { app } = await buildApp(t)
+  const started = Date.now()
+  // A pattern that backtracks would take minutes on this (errors are listed past maxLength).
+  const res = await app.inject({ method: 'POST', url: `${P}/keys`, headers: ADMIN, payload: { purpose: 'x '.repeat(500_000) + '\u0000' } })
+  t.equal(res.statusCode, 400)
+  t.match(res.json().message, /^body\.purpose: /)
+  t.ok(Date.now() - started < 5000, `answered in ${Date.now() - started} ms`)
+})
+
+t.test('a bad sequence in a path: 400 saying what a sequence is, never the pattern', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  const message = (name: string): string =>
+    `params.${name}: must be a positive integer (1 to 9007199254740991, no sign, exponent or leading zero)`
+  for (const bad of ['01', '1.0', '1e3', '0', '-1', '+1', ' 1', '99999999999999999999', '9007199254740992']) {
+    const b = encodeURIComponent(bad)
+    for (const [name, path] of [['modelSequence', `${b}/dataset/1`], ['resourceSequence', `1/pipeline/${b}`]]) {
+      const put = await app.inject({ method: 'PUT', url: `${P}/endpoints/${path}`, headers: ADMIN, payload: { keyIds: [k.id] } })
+      t.same([put.statusCode, put.json()], [400, { message: message(name) }], `PUT ${path}`)
+      const del = await app.inject({ method: 'DELETE', url: `${P}/endpoints/${path}`, headers: ADMIN })
+      t.same([del.statusCode, del.json()], [400, { message: message(name) }], `DELETE ${path}`)
+    }
+  }
+  const largest = await app.inject({ method: 'PUT', url: `${P}/endpoints/9007199254740991/dataset/1`, headers: ADMIN, payload: { keyIds: [k.id] } })
+  t.same([largest.statusCode, largest.json()], [404, { message: 'Dataset not found' }], 'the largest sequence passes validation')
+  const moniker = await app.inject({ url: '/api-keys/acme/sh%20op/keys', headers: ADMIN })
+  t.same(moniker.json(), { message: 'params.project: must be 1 to 100 letters, digits or ._~-, starting with a letter or digit' })
+})

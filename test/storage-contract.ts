@@ -347,6 +347,46 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.not(recreated.ok && recreated.endpoint.id, first.ok && first.endpoint.id)
     })
 
+    // PostgreSQL text cannot hold NUL: such a value comes from a URL or body,
+    // never from storage, and must be answered as unknown, not as an error.
+    t.test('an id, moniker or prefix with a NUL character is simply not found', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k = await keyIn(s, p)
+      const l = at(p)
+      const put = await s.putEndpoint(l, [k.id])
+      const endpointId = put.ok ? put.endpoint.id : ''
+      const nul = 'a\u0000b'
+      const nulKeyId = `${k.id}\u0000`
+
+      for (const id of [nul, nulKeyId]) {
+        t.equal(await s.getKey(p, id), null, 'getKey')
+        t.equal(await s.updateKey(p, id, { purpose: 'x', isActive: false }), null, 'updateKey')
+        t.equal(await s.replaceKeySecret(p, id, { prefix: randomAlphanumeric(10), hash: 'x' }), null, 'replaceKeySecret')
+        t.equal(await s.deleteKey(p, id), false, 'deleteKey')
+      }
+      t.same(await s.putEndpoint(l, [k.id, nul, nulKeyId]), { ok: false, unknownKeyIds: [nul, nulKeyId] },
+        'putEndpoint names them as not keys of the project')
+      t.same(await s.putEndpoint(at(p, 'pipeline', 2), [nul]), { ok: false, unknownKeyIds: [nul] })
+
+      for (const where of [{ organization: nul }, { project: nul }, { organization: `${p.organization}\u0000` }]) {
+        const project = { ...p, ...where }
+        t.same(await s.listKeys(project), [], `listKeys ${JSON.stringify(where)}`)
+        t.equal(await s.getKey(project, k.id), null, 'getKey in that project')
+        t.equal(await s.deleteKey(project, k.id), false, 'deleteKey in that project')
+        t.same(await s.listEndpoints(project), [], 'listEndpoints')
+        t.equal(await s.getEndpoint({ ...l, ...where }), null, 'getEndpoint')
+        t.equal(await s.deleteEndpoint({ ...l, ...where }), false, 'deleteEndpoint')
+        t.equal(await s.findEndpointKey({ ...l, ...where }, k.prefix), null, 'findEndpointKey: no endpoint')
+        t.equal(await s.findEndpointKey({ ...l, ...where }, null), null, 'findEndpointKey without prefix: no endpoint')
+      }
+      t.same(await s.findEndpointKey(l, `${k.prefix.slice(0, 9)}\u0000`), { endpointId, key: null },
+        'a prefix with NUL: the endpoint, no key (as an unknown prefix)')
+
+      t.same((await s.getEndpoint(l))?.keys.map((x) => x.id), [k.id], 'nothing changed')
+      t.match(await s.getKey(p, k.id), { purpose: k.purpose, isActive: true, prefix: k.prefix })
+    })
+
     t.test('applyUsage adds exactly, ignores unknown ids and keeps the latest updatedAt', async (t) => {
       const s = await store(t)
       const p = newProject()

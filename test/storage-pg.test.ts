@@ -122,6 +122,39 @@ if (url !== null) {
     t.equal(storage.pool.totalCount, 0, 'no connection left in the pool')
   })
 
+  // Regression: on PostgreSQL a NUL in a purpose, key id or moniker was a 500
+  // quoting the database ("invalid byte sequence for encoding UTF8: 0x00").
+  t.test('a NUL character in a request is answered as on SQLite, never with a 500', async (t) => {
+    const own = (await freshSchema(t, url)).schema
+    const apps = [
+      ['SQLite', (await buildApp(t)).app],
+      ['PostgreSQL', (await buildApp(t, { storage: new PgStorage({ connectionString: url, schema: own }) })).app]
+    ] as const
+    const P = '/api-keys/acme/shop'
+    const headers = { 'x-permissions': 'ManageAPIKeys' }
+    const purposeRefused = { message: 'body.purpose: must have a non-space character and no control characters' }
+    const keyNotFound = { message: 'API key not found' }
+    for (const [name, app] of apps) {
+      const key = (await app.inject({ method: 'POST', url: `${P}/keys`, headers, payload: { purpose: 'kept' } })).json()
+      const answers: Array<[string, { statusCode: number, json: () => unknown }, number, unknown]> = [
+        ['POST purpose', await app.inject({ method: 'POST', url: `${P}/keys`, headers, payload: { purpose: 'a\u0000b' } }), 400, purposeRefused],
+        ['PATCH purpose', await app.inject({ method: 'PATCH', url: `${P}/keys/${key.id}`, headers, payload: { purpose: 'a\u0000b' } }), 400, purposeRefused],
+        ['PATCH id', await app.inject({ method: 'PATCH', url: `${P}/keys/a%00b`, headers, payload: { isActive: false } }), 404, keyNotFound],
+        ['DELETE id', await app.inject({ method: 'DELETE', url: `${P}/keys/a%00b`, headers }), 404, keyNotFound],
+        ['regenerate id', await app.inject({ method: 'POST', url: `${P}/keys/a%00b/regenerate`, headers }), 404, keyNotFound],
+        ['PUT keyIds', await app.inject({ method: 'PUT', url: `${P}/endpoints/1/dataset/1`, headers, payload: { keyIds: ['a\u0000b'] } }),
+          400, { message: 'keyIds: not keys of this project: a\u0000b' }],
+        ['data route organization', await app.inject({ url: '/api/a%00b/shop/model/1/dataset/1', query: { api_key: key.key } }),
+          403, { message: 'Unknown API Endpoint' }],
+        ['data route project', await app.inject({ url: '/api/acme/a%00b/model/1/pipeline/1', method: 'POST', headers: { authorization: `Bearer ${key.key}` } }),
+          403, { message: 'Unknown API Endpoint' }]
+      ]
+      for (const [what, res, status, body] of answers) t.same([res.statusCode, res.json()], [status, body], `${name}: ${what}`)
+      const keys = (await app.inject({ url: `${P}/keys`, headers })).json()
+      t.same(keys.map((k: { purpose: string }) => k.purpose), ['kept'], `${name}: nothing written`)
+    }
+  })
+
   t.test('counters are bigint: past 2^31 they stay exact numbers', async (t) => {
     const s = new PgStorage({ connectionString: url, schema })
     t.teardown(() => s.close())

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { chromium, type BrowserContext, type Page } from 'playwright-core'
+import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core'
 import t, { type Test } from 'tap'
 import { buildApp, DATASET_URL } from './helper.js'
 
@@ -57,6 +57,11 @@ async function openPage (t: Test): Promise<{ page: Page, base: string, problems:
 async function download (base: string, key: string): Promise<{ status: number, body: { message?: string, customers?: unknown[] } }> {
   const res = await fetch(`${base}${DATASET_URL}?format=json`, { headers: { authorization: `Bearer ${key}` } })
   return { status: res.status, body: await res.json() as { message?: string, customers?: unknown[] } }
+}
+
+/** The browser's own message for a field the page refuses; '' when it is valid. */
+async function validity (field: Locator): Promise<string> {
+  return field.evaluate((input) => (input as unknown as { validationMessage: string }).validationMessage)
 }
 
 async function keyRow (page: Page, prefix: string): Promise<string[]> {
@@ -232,6 +237,97 @@ if (chromiumAvailable(t)) {
     await page.getByRole('status').getByText('Endpoint /api/acme/shop/model/1/dataset/1 deleted.').waitFor()
     t.equal(await page.locator('#endpoints-table tbody tr').count(), 0)
     t.same(await download(base, renewed), { status: 403, body: { message: 'Unknown API Endpoint' } })
+
+    t.same(problems, [], 'no script error, no CSP refusal')
+  })
+
+  t.test('purposes and sequences are checked as the API checks them, before anything is sent', async (t) => {
+    const { page, base, problems } = await openPage(t)
+    const writes: string[] = []
+    page.on('request', (req) => {
+      if (req.method() !== 'GET') writes.push(`${req.method()} ${new URL(req.url()).pathname}`)
+    })
+    // Made through the API: 150 emoji are 150 characters there, 300 UTF-16 units.
+    const emoji = '😀'.repeat(150)
+    const made = await (await fetch(`${base}/api-keys/acme/shop/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ purpose: emoji })
+    })).json() as { id: string, prefix: string }
+    await page.goto(`${base}/api-keys/ui/`)
+    await page.getByLabel('Organization').fill('acme')
+    await page.getByLabel('Project', { exact: true }).fill('shop')
+    await page.getByLabel('Access token (optional)').fill(TOKEN)
+    await page.getByRole('button', { name: 'Open project' }).click()
+    await page.getByRole('status').getByText('Project acme/shop: 1 key(s).').waitFor()
+
+    // Create: only spaces, a control character, 201 characters are refused by the browser.
+    const purpose = page.locator('#create-key-form').getByLabel('Purpose')
+    const refusals: Array<[string, string]> = [
+      ['   ', 'Enter a purpose that is not only spaces.'],
+      ['tab\there', 'Remove the control characters from the purpose.'],
+      ['😀'.repeat(201), 'Use at most 200 characters (now 201).']
+    ]
+    for (const [value, message] of refusals) {
+      await purpose.fill(value)
+      await page.getByRole('button', { name: 'Create key' }).click()
+      t.equal(await validity(purpose), message, JSON.stringify(value).slice(0, 12))
+    }
+    t.same(writes, [], 'nothing was sent')
+    await purpose.fill('😀'.repeat(200))
+    await page.getByRole('button', { name: 'Create key' }).click()
+    const created = (await page.getByRole('dialog').getByLabel('API key').inputValue()).slice(0, 10)
+    await page.getByRole('button', { name: 'Done' }).click()
+    t.equal((await keyRow(page, created))[1], '😀'.repeat(200), '200 emoji: 200 characters, as the API counts')
+
+    // Edit: the API's 150-emoji purpose opens valid and takes one more character.
+    const edit = page.locator('#purpose-form').getByLabel('Purpose')
+    await page.getByRole('button', { name: `Edit purpose of key ${made.prefix}` }).click()
+    t.equal(await validity(edit), '')
+    await edit.press('End')
+    await page.keyboard.type('!')
+    await edit.press('Enter')
+    await page.getByRole('status').getByText(`Purpose of key ${made.prefix} saved.`).waitFor()
+    t.equal((await keyRow(page, made.prefix))[1], `${emoji}!`)
+    await page.getByRole('button', { name: `Edit purpose of key ${made.prefix}` }).click()
+    await edit.fill('  ')
+    await edit.press('Enter')
+    t.equal(await validity(edit), 'Enter a purpose that is not only spaces.')
+    t.ok(await page.locator('#purpose-dialog').isVisible(), 'the dialog stays open')
+    await page.getByRole('button', { name: 'Cancel' }).click()
+    await page.getByRole('button', { name: `Edit purpose of key ${made.prefix}` }).click()
+    t.equal(await validity(edit), '', 'reopened on the stored purpose: valid again')
+    await page.getByRole('button', { name: 'Cancel' }).click()
+    t.same(writes.filter((w) => w.startsWith('PATCH')).length, 1, 'one edit sent')
+
+    // Sequences go in plain digits: 01 and 1.0 as 1, 1e3 as 1000.
+    const model = page.getByLabel('Model sequence')
+    const resource = page.getByLabel('Resource sequence')
+    await page.locator(`#assign-keys input[value="${made.id}"]`).check()
+    await model.fill('01')
+    await resource.fill('1.0')
+    await page.getByRole('button', { name: 'Assign keys' }).click()
+    await page.getByRole('status').getByText('Endpoint GET /api/acme/shop/model/1/dataset/1 now has 1 key(s).').waitFor()
+    t.equal(writes.at(-1), 'PUT /api-keys/acme/shop/endpoints/1/dataset/1')
+    await model.fill('1')
+    await resource.fill('1e3')
+    await page.getByRole('button', { name: 'Assign keys' }).click()
+    await page.getByRole('alert').getByText('Dataset not found').waitFor()
+    t.equal(writes.at(-1), 'PUT /api-keys/acme/shop/endpoints/1/dataset/1000')
+
+    // Past 2^53 - 1, zero or a fraction: refused in the page, with its reason.
+    const sent = writes.length
+    for (const bad of ['99999999999999999999', '9007199254740992', '0', '1.5']) {
+      await model.fill(bad)
+      await resource.fill('1')
+      await page.getByRole('button', { name: 'Assign keys' }).click()
+      t.equal(await validity(model), 'Enter a whole number from 1 to 9007199254740991.', bad)
+    }
+    t.equal(writes.length, sent, 'nothing was sent')
+    await page.getByRole('button', { name: 'Edit keys of /api/acme/shop/model/1/dataset/1' }).click()
+    t.equal(await validity(model), '', 'Edit keys fills in a valid sequence')
+    await page.getByRole('button', { name: 'Assign keys' }).click()
+    await page.getByRole('status').getByText('Endpoint GET /api/acme/shop/model/1/dataset/1 now has 1 key(s).').waitFor()
 
     t.same(problems, [], 'no script error, no CSP refusal')
   })

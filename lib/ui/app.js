@@ -96,6 +96,41 @@ async function attempt (action, work) {
   }
 }
 
+// --- field checks ----------------------------------------------------------
+
+// The API's rules, checked as the user types, so that the browser refuses to
+// submit and says why. A purpose counts code points, as the API does (the
+// maxlength attribute would count UTF-16 units: two per emoji).
+const PURPOSE_MAX = 200
+
+function purposeProblem (input) {
+  const value = input.value
+  if (value === '') return '' // the required attribute says so
+  if (value.trim() === '') return 'Enter a purpose that is not only spaces.'
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x1f\x7f]/.test(value)) return 'Remove the control characters from the purpose.'
+  const length = [...value].length
+  return length > PURPOSE_MAX ? `Use at most ${PURPOSE_MAX} characters (now ${length}).` : ''
+}
+
+// A number field takes 01, 1.0, 1e3 or 1e20 too; the API takes 1 to 2^53 - 1
+// (the assign form sends the number in plain digits).
+function sequenceProblem (input) {
+  const n = input.valueAsNumber
+  if (input.value === '' || (Number.isSafeInteger(n) && n >= 1)) return ''
+  return `Enter a whole number from 1 to ${Number.MAX_SAFE_INTEGER}.`
+}
+
+const FIELD_CHECKS = new Map([['purpose', purposeProblem], ['modelSequence', sequenceProblem], ['resourceSequence', sequenceProblem]])
+
+/** Sets a field's own validity message; call it too after setting its value from code. */
+function checkField (input) {
+  input.setCustomValidity(FIELD_CHECKS.get(input.name)(input))
+}
+document.addEventListener('input', (event) => {
+  if (FIELD_CHECKS.has(event.target.name)) checkField(event.target)
+})
+
 // --- dialogs ---------------------------------------------------------------
 
 function confirmAction (text, confirmLabel) {
@@ -198,6 +233,7 @@ function renderKeys () {
 function editPurpose (key) {
   editedKey = key
   $('#purpose-form').elements.purpose.value = key.purpose
+  checkField($('#purpose-form').elements.purpose)
   $('#purpose-dialog').showModal()
 }
 
@@ -274,6 +310,8 @@ function editEndpoint (endpoint) {
   form.elements.modelSequence.value = endpoint.modelSequence
   form.elements.type.value = endpoint.type
   form.elements.resourceSequence.value = endpoint.resourceSequence
+  checkField(form.elements.modelSequence)
+  checkField(form.elements.resourceSequence)
   const assigned = new Set(endpoint.keys.map((k) => k.id))
   for (const box of form.querySelectorAll('input[name=keyIds]')) box.checked = assigned.has(box.value)
   form.elements.modelSequence.focus()
@@ -294,10 +332,11 @@ async function deleteEndpoint (endpoint) {
 $('#assign-form').addEventListener('submit', async (event) => {
   event.preventDefault()
   const form = event.target
+  // Plain digits, as the API wants them: 01 and 1e3 go as 1 and 1000.
   const target = {
-    modelSequence: form.elements.modelSequence.value,
+    modelSequence: String(form.elements.modelSequence.valueAsNumber),
     type: form.elements.type.value,
-    resourceSequence: form.elements.resourceSequence.value
+    resourceSequence: String(form.elements.resourceSequence.valueAsNumber)
   }
   const keyIds = [...form.querySelectorAll('input[name=keyIds]:checked')].map((box) => box.value)
   await attempt('Could not assign the keys', async () => {
