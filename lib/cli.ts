@@ -4,6 +4,7 @@ import { rename, rm } from 'node:fs/promises'
 import { Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parseArgs } from 'node:util'
+import { redactKeys } from './api-key.js'
 import { redactUrl } from './log-redaction.js'
 import {
   DataEndpointsClient, DataEndpointsError, HttpError, JobWaitTimeoutError, UsageError, jsonLinesLogger,
@@ -44,13 +45,15 @@ Options of run:
 Common options:
   --timeout S           seconds one attempt may wait for an answer (default 30)
   --allow-http          allow sending the key over plain HTTP to a non-loopback host
+  --no-retry            send each request once, never retry it (for a pipeline
+                        whose server ignores Idempotency-Key: check the job first)
   --verbose             log every request attempt to stderr, not only failed ones
   -h, --help            show this help
   --version             show the version
 
 The API key is read from ${KEY_VARIABLE}; it is never taken from an argument.
-Answers 500 and network time-outs are retried after 1, 2, 4, 8 and 16 s;
-403, 404, 405 and other statuses are not.
+Answers 500 and network time-outs are retried after 1, 2, 4, 8 and 16 s
+(unless --no-retry); 403, 404, 405 and other statuses are not.
 Exit status: 0 success, 1 request or job failed, 2 usage error, 130 interrupted.
 `
 
@@ -59,6 +62,7 @@ class UsageProblem extends Error {}
 const COMMON = {
   timeout: { type: 'string' },
   'allow-http': { type: 'boolean' },
+  'no-retry': { type: 'boolean' },
   verbose: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' }
 } as const
@@ -118,7 +122,7 @@ function seconds (name: string, text: string | undefined, fallback: number): num
   return Math.max(1, Math.round(value * 1000))
 }
 
-function clientFor (values: { timeout?: string, 'allow-http'?: boolean, verbose?: boolean }, io: Io, needsKey: boolean): DataEndpointsClient {
+function clientFor (values: { timeout?: string, 'allow-http'?: boolean, 'no-retry'?: boolean, verbose?: boolean }, io: Io, needsKey: boolean): DataEndpointsClient {
   const apiKey = io.env[KEY_VARIABLE]
   if (needsKey && (apiKey === undefined || apiKey.trim() === '')) {
     throw new UsageProblem(`set ${KEY_VARIABLE} to the API key`)
@@ -133,6 +137,7 @@ function clientFor (values: { timeout?: string, 'allow-http'?: boolean, verbose?
     apiKey: needsKey ? apiKey : undefined,
     timeout: seconds('timeout', values.timeout, 30),
     allowHttp: values['allow-http'] === true,
+    retryDelays: values['no-retry'] === true ? [] : undefined,
     logger
   })
 }
@@ -159,7 +164,8 @@ function progressMeter (stderr: NodeJS.WriteStream, total: number | undefined): 
   let shown = false
   const line = (): string => {
     const elapsed = Math.max(Date.now() - started, 1) / 1000
-    const of = total === undefined ? '' : ` of ${formatBytes(total)} (${Math.floor(bytes * 100 / Math.max(total, 1))}%)`
+    // Past a total, the total was wrong: show the bytes alone rather than 120%.
+    const of = total === undefined || bytes > total ? '' : ` of ${formatBytes(total)} (${Math.floor(bytes * 100 / Math.max(total, 1))}%)`
     return `received ${formatBytes(bytes)}${of} at ${formatBytes(Math.round(bytes / elapsed))}/s`
   }
   const show = (): void => {
@@ -247,7 +253,7 @@ async function run (args: string[], io: Io): Promise<number> {
     printJson(io, reference)
     return 0
   }
-  io.stderr.write(`job ${reference.job_id} started; waiting for it to end\n`)
+  io.stderr.write(redactKeys(`job ${reference.job_id} started; waiting for it to end\n`))
   const job = await client.waitForJob(reference, { interval, timeout, signal: io.signal })
   printJson(io, job)
   return job.status === 'failed' ? EXIT_FAILED : 0
@@ -289,7 +295,8 @@ async function main (args: string[], io: Io): Promise<number> {
 }
 
 function report (err: unknown, io: Io): number {
-  const say = (text: string): void => { io.stderr.write(`data-endpoints: ${text}\n`) }
+  // Masked whatever the source: a key pasted into a path or a host name shows up in messages.
+  const say = (text: string): void => { io.stderr.write(`data-endpoints: ${redactKeys(text)}\n`) }
   if (err instanceof UsageProblem) {
     say(`${err.message}\nRun "data-endpoints --help" for usage.`)
     return EXIT_USAGE

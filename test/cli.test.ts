@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { gzipSync } from 'node:zlib'
 import t, { type Test as T } from 'tap'
 import type { JobInfo } from '../lib/client/index.js'
 import { DATASET_URL, PIPELINE_URL, assignKeys, buildApp, createKey } from './helper.js'
@@ -204,10 +205,46 @@ t.test('a download that breaks mid-body exits 1 and leaves no file', async (t) =
   const file = join(dir, 'out.sql')
   const run = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--output', file])
   t.equal(run.code, 1)
-  t.match(run.stderr, /^data-endpoints: /)
+  t.equal(run.stderr, 'data-endpoints: Download cut off after 7 bytes: other side closed\n')
   t.notOk(existsSync(file))
   t.same(readdirSync(dir), [], 'the partial file is removed')
   t.equal(server.seen.length, 1, 'not retried once bytes have come')
+})
+
+t.test('a key placed in --output or in the host is masked in the messages', async (t) => {
+  const secret = new RegExp(API_KEY.slice(10), 'i') // the URL parser lower-cases the host
+  const server = await startServer(t, (_req, res) => res.writeHead(200, { 'content-type': 'application/sql' }).end('BEGIN;'))
+  const badPath = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--output', `/nonexistent/${API_KEY}`])
+  t.equal(badPath.code, 1)
+  t.equal(badPath.stderr, `data-endpoints: ENOENT: no such file or directory, open '/nonexistent/${KEY_PREFIX}-[redacted].part' (ENOENT)\n`)
+
+  const inHost = await cli(t, ['get', `http://${API_KEY}.example.invalid${DATASET_PATH}`])
+  t.equal(inHost.code, 2)
+  t.match(inHost.stderr, /Refusing to send the API key over plain HTTP to [a-z]{10}-\[redacted\]\.example\.invalid/)
+  for (const run of [badPath, inHost]) t.notMatch(run.stderr, secret)
+})
+
+t.test('--progress on a compressed download shows the bytes received, not a percentage of the compressed size', async (t) => {
+  const data = 'INSERT INTO t VALUES (1);\n'.repeat(4000)
+  const gzipped = gzipSync(data)
+  const server = await startServer(t, (_req, res) => res.writeHead(200, {
+    'content-type': 'application/sql', 'content-encoding': 'gzip', 'content-length': String(gzipped.length)
+  }).end(gzipped))
+  const run = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--progress'])
+  t.equal(run.code, 0, run.stderr)
+  t.equal(run.stdout, data)
+  t.match(run.stderr, /^received 101\.6 KiB at \d+(\.\d)? (B|KiB|MiB)\/s\n$/m)
+  t.notMatch(run.stderr, /%/)
+})
+
+t.test('--no-retry sends a request once', async (t) => {
+  const server = await startServer(t, (_req, res) => sendJson(res, 500, { message: 'database is down' }))
+  const run = await cli(t, ['run', `${server.base}${PIPELINE_PATH}`, '--no-retry'])
+  t.equal(run.code, 1)
+  t.equal(run.stderr, 'data-endpoints: database is down (HTTP 500)\n', 'no retry logged')
+  t.equal(server.seen.length, 1)
+  const help = await cli(t, ['--help'])
+  t.match(help.stdout, /--no-retry +/)
 })
 
 t.test('run prints the job reference', async (t) => {

@@ -1,7 +1,7 @@
 import { text } from 'node:stream/consumers'
 import t from 'tap'
 import {
-  DataEndpointsClient, HttpError, NetworkError, type ClientLogEntry, type DataEndpointsClientOptions
+  DataEndpointsClient, DownloadCutOffError, HttpError, NetworkError, type ClientLogEntry, type DataEndpointsClientOptions
 } from '../lib/client/index.js'
 import {
   API_KEY, DATASET_PATH, PIPELINE_PATH, closedPort, recordingSleep, sendJson, startServer
@@ -197,21 +197,95 @@ t.test('aborting the call stops the retries', async (t) => {
   t.equal(server.seen.length, 1, 'no retry after the abort')
 })
 
-t.test('a download that fails mid-body is not retried: the stream errors', async (t) => {
+t.test('a download that fails mid-body is not retried: the stream errors with DownloadCutOffError', async (t) => {
   const server = await startServer(t, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/sql' })
-    res.write('BEGIN;\n')
-    setTimeout(() => res.socket?.destroy(), 50)
+    res.write('BEGIN;\n', () => res.socket?.destroy()) // chunked, never its last chunk
   })
   const { client: c, waits } = client(server.base)
   const download = await c.downloadDataset(DATASET_PATH)
   const chunks: Buffer[] = []
-  await t.rejects(async () => {
+  const err = await (async () => {
     for await (const chunk of download.body) chunks.push(chunk as Buffer)
-  })
+  })().catch((e: unknown) => e) as DownloadCutOffError
+  t.type(err, DownloadCutOffError)
+  t.equal(err.message, 'Download cut off after 7 bytes: other side closed')
+  t.equal(err.bytes, 7)
+  t.equal(err.status, 200)
+  t.equal(err.url, `${server.base}${DATASET_PATH}`)
+  t.match(err.cause, { name: 'TypeError', message: 'terminated' }, 'fetch\'s own error is the cause')
   t.equal(Buffer.concat(chunks).toString(), 'BEGIN;\n', 'the bytes before the failure reached the caller')
   t.equal(server.seen.length, 1)
   t.same(waits, [])
+})
+
+t.test('a download closed before its Content-Length says how much of it came', async (t) => {
+  const server = await startServer(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/sql', 'content-length': '100' })
+    res.write('BEGIN;\n', () => res.socket?.end())
+  })
+  const { client: c } = client(server.base)
+  const download = await c.downloadDataset(DATASET_PATH)
+  t.equal(download.contentLength, 100)
+  await t.rejects(text(download.body), { name: 'DownloadCutOffError', message: /^Download cut off after 7 of 100 bytes/, bytes: 7 })
+})
+
+t.test('the body streams: the first bytes reach the caller before the server sends the rest', async (t) => {
+  let sendRest = (): void => {}
+  const server = await startServer(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/sql' })
+    res.write('BEGIN;\n')
+    sendRest = () => res.end('COMMIT;\n')
+  })
+  const { client: c } = client(server.base)
+  const download = await c.downloadDataset(DATASET_PATH)
+  const chunks: string[] = []
+  for await (const chunk of download.body) {
+    chunks.push(String(chunk))
+    sendRest() // a buffering client would wait for the end and never get here
+  }
+  t.same(chunks, ['BEGIN;\n', 'COMMIT;\n'])
+})
+
+t.test('destroying the body ends the download on the server', async (t) => {
+  let closed = (): void => {}
+  const serverSawClose = new Promise<void>((resolve) => { closed = resolve })
+  const server = await startServer(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/sql' })
+    const timer = setInterval(() => res.write('INSERT INTO t VALUES (1);\n'), 10)
+    res.on('close', () => { clearInterval(timer); closed() })
+  })
+  const { client: c } = client(server.base)
+  const download = await c.downloadDataset(DATASET_PATH)
+  for await (const _chunk of download.body) break // destroys the stream
+  await serverSawClose
+  t.ok(download.body.destroyed)
+})
+
+t.test('the caller\'s abort errors the body with the signal\'s reason, as it is', async (t) => {
+  const server = await startServer(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/sql' })
+    res.write('BEGIN;\n')
+  })
+  const controller = new AbortController()
+  const { client: c } = client(server.base)
+  const download = await c.downloadDataset(DATASET_PATH, {}, { signal: controller.signal })
+  const reason = new Error('the user gave up')
+  const err = await (async () => {
+    for await (const _chunk of download.body) controller.abort(reason)
+  })().catch((e: unknown) => e)
+  t.equal(err, reason)
+})
+
+t.test('an abort during a retry wait rejects with the signal\'s reason, as it is', async (t) => {
+  const server = await startServer(t, (_req, res) => sendJson(res, 500, { message: 'x' }))
+  const controller = new AbortController()
+  const reason = new Error('shutting down')
+  // The real sleep; aborted as the first failure is logged, just before the wait.
+  const c = new DataEndpointsClient({ apiKey: API_KEY, baseUrl: server.base, logger: () => controller.abort(reason) })
+  const err = await c.runPipeline(PIPELINE_PATH, { signal: controller.signal }).catch((e: unknown) => e)
+  t.equal(err, reason)
+  t.equal(server.seen.length, 1)
 })
 
 t.test('a long download is not cut off by the per-attempt time-out', async (t) => {

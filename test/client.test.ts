@@ -1,7 +1,9 @@
 import { text } from 'node:stream/consumers'
+import { inspect } from 'node:util'
+import { gzipSync } from 'node:zlib'
 import t from 'tap'
 import {
-  DataEndpointsClient, HttpError, JobWaitTimeoutError, UsageError, type ClientLogEntry, type JobInfo
+  DataEndpointsClient, HttpError, JobWaitTimeoutError, NetworkError, UsageError, type ClientLogEntry, type JobInfo
 } from '../lib/client/index.js'
 import {
   API_KEY, DATASET_PATH, JOB_ID, KEY_PREFIX, PIPELINE_PATH, recordingSleep, sendJson, startServer
@@ -147,6 +149,52 @@ t.test('a key echoed in a server message is masked', async (t) => {
   t.equal(err.message, `Unknown API key ${KEY_PREFIX}-[redacted]`)
 })
 
+t.test('a key echoed anywhere in an error body is masked in every field of the error', async (t) => {
+  // A proxy's 403 that echoes the key, once plain and once with its dash JSON-escaped.
+  const escaped = API_KEY.replace('-', '\\u002d')
+  const server = await startServer(t, (_req, res) => res.writeHead(403, { 'content-type': 'application/json' })
+    .end(`{"message":"bad key ${API_KEY}","echo":{"keys":["${escaped}"],"${API_KEY}":true}}`))
+  const c = new DataEndpointsClient({ apiKey: API_KEY, baseUrl: server.base })
+  const err = await c.downloadDataset(DATASET_PATH).catch((e: unknown) => e) as HttpError
+  t.type(err, HttpError)
+  t.equal(err.message, `bad key ${KEY_PREFIX}-[redacted]`)
+  t.same(err.body, {
+    message: `bad key ${KEY_PREFIX}-[redacted]`,
+    echo: { keys: [`${KEY_PREFIX}-[redacted]`], [`${KEY_PREFIX}-[redacted]`]: true }
+  })
+  for (const shown of [JSON.stringify(err), inspect(err, { depth: null }), err.stack ?? '']) {
+    t.notMatch(shown, API_KEY.slice(10))
+  }
+})
+
+t.test('a key placed in the host shows in no field of the error', async (t) => {
+  const host = `${API_KEY}.example.invalid`
+  const c = new DataEndpointsClient({ apiKey: API_KEY, retryDelays: [] })
+  const secret = new RegExp(API_KEY.slice(10), 'i') // the URL parser lower-cases the host
+  const refused = await c.downloadDataset(`http://${host}${DATASET_PATH}`).catch((e: unknown) => e) as UsageError
+  t.type(refused, UsageError)
+  t.match(refused.message, /Refusing to send the API key over plain HTTP/)
+  const unknown = await c.downloadDataset(`https://${host}${DATASET_PATH}`).catch((e: unknown) => e) as NetworkError
+  t.type(unknown, NetworkError)
+  t.equal(unknown.code, 'ENOTFOUND')
+  for (const err of [refused, unknown]) {
+    t.notMatch(inspect(err, { depth: null }), secret)
+    t.notMatch(JSON.stringify(err), secret)
+  }
+})
+
+t.test('a compressed answer reports no content length: fetch hands on the decompressed bytes', async (t) => {
+  const data = 'INSERT INTO t VALUES (1);\n'.repeat(1000)
+  const gzipped = gzipSync(data)
+  const server = await startServer(t, (_req, res) => res.writeHead(200, {
+    'content-type': 'application/sql', 'content-encoding': 'gzip', 'content-length': String(gzipped.length)
+  }).end(gzipped))
+  const c = new DataEndpointsClient({ apiKey: API_KEY, baseUrl: server.base })
+  const download = await c.downloadDataset(DATASET_PATH)
+  t.equal(download.contentLength, undefined)
+  t.equal(await text(download.body), data)
+})
+
 t.test('a redirect is not followed with the key', async (t) => {
   const other = await startServer(t, (_req, res) => sendJson(res, 200, {}))
   const server = await startServer(t, (_req, res) => res.writeHead(302, { location: `${other.base}${DATASET_PATH}` }).end())
@@ -252,6 +300,10 @@ t.test('jsonLinesLogger writes one JSON line per entry', async (t) => {
 t.test('options are checked', async (t) => {
   t.throws(() => new DataEndpointsClient({ timeout: 0 }), { name: 'UsageError', message: /timeout/ })
   t.throws(() => new DataEndpointsClient({ retryDelays: [1000, -1] }), { name: 'UsageError', message: /retryDelays/ })
+  for (const maxRetryAfter of [-1, NaN, Infinity]) {
+    t.throws(() => new DataEndpointsClient({ maxRetryAfter }), { name: 'UsageError', message: /maxRetryAfter/ }, String(maxRetryAfter))
+  }
+  t.doesNotThrow(() => new DataEndpointsClient({ maxRetryAfter: 0 }), '0: never wait for a Retry-After')
   t.throws(() => new DataEndpointsClient({ baseUrl: 'not a url' }), { name: 'UsageError', message: /baseUrl/ })
   const c = new DataEndpointsClient({ baseUrl: 'https://data.example.test' })
   await t.rejects(c.waitForJob('/api/job/x', { interval: 0 }), { name: 'UsageError', message: /interval/ })

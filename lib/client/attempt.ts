@@ -1,3 +1,4 @@
+import { inspect } from 'node:util'
 import { redactKeys } from '../api-key.js'
 import { DataEndpointsError, HttpError, NetworkError } from './errors.js'
 import { parseRetryAfter } from './retry.js'
@@ -42,14 +43,30 @@ function errorCodeOf (error: unknown): string | undefined {
   return undefined
 }
 
-function describe (error: unknown): string {
+/** fetch's reason for a failure: the socket's, when it gave one. */
+export function describe (error: unknown): string {
   const cause = (error as { cause?: { message?: unknown } }).cause
   if (typeof cause?.message === 'string') return cause.message
   return error instanceof Error ? error.message : String(error)
 }
 
+/** The error itself, or undefined when it would show a key (fetch names the host it failed to reach). */
+function keyFree (error: unknown): unknown {
+  const shown = inspect(error, { depth: null })
+  return redactKeys(shown) === shown ? error : undefined
+}
+
+/** A parsed JSON value with key-shaped text masked in every string and property name. */
+function redactedJson (value: unknown): unknown {
+  if (typeof value === 'string') return redactKeys(value)
+  if (Array.isArray(value)) return value.map(redactedJson)
+  if (typeof value !== 'object' || value === null) return value
+  return Object.fromEntries(Object.entries(value).map(([name, item]) => [redactKeys(name), redactedJson(item)]))
+}
+
 async function httpErrorOf (response: Response, url: string, now: number): Promise<HttpError> {
-  const body = await readJson(response).catch(() => undefined)
+  // The whole body, not only its message: a proxy may echo the key anywhere in it.
+  const body = await readJson(response).then((json) => redactedJson(json) as Record<string, unknown> | undefined).catch(() => undefined)
   const serverMessage = typeof body?.message === 'string' && body.message !== '' ? body.message : undefined
   return new HttpError(redactKeys(serverMessage ?? `HTTP ${response.status} ${response.statusText}`.trim()), {
     status: response.status,
@@ -118,7 +135,7 @@ export async function attempt<T> (spec: AttemptSpec<T>, timeout: number, now: ()
     if (spec.signal?.aborted === true) throw error
     const code = errorCodeOf(error) ?? 'FETCH_FAILED'
     throw new NetworkError(redactKeys(describe(error)), {
-      code, retryable: RETRYABLE_CODES.has(code), url: spec.loggedUrl, cause: error
+      code, retryable: RETRYABLE_CODES.has(code), url: spec.loggedUrl, cause: keyFree(error)
     })
   } finally {
     if (!(succeeded && spec.handsOnBody)) release()

@@ -1,7 +1,8 @@
 // The errors the client throws. Every one is a DataEndpointsError with a
 // message fit to show a user and, when the server answered, its status.
-// No message or field ever holds the API key: URLs are redacted and server
-// messages have key-shaped text masked.
+// No message or field ever holds the API key: URLs are redacted, server
+// messages and bodies have key-shaped text masked, and a cause that shows a
+// key (fetch's error naming a host) is left off.
 
 export class DataEndpointsError extends Error {
   /** the HTTP status of the answer, or undefined when none came */
@@ -20,7 +21,7 @@ export class DataEndpointsError extends Error {
 /** The server answered with an error status; `message` is the server's `message`. */
 export class HttpError extends DataEndpointsError {
   declare readonly status: number
-  /** the parsed JSON error body (job errors add `id` or `job`), when there was one */
+  /** the parsed JSON error body (job errors add `id` or `job`), when there was one; key-shaped text masked */
   readonly body: Readonly<Record<string, unknown>> | undefined
   /** what `Retry-After` asked for, in milliseconds */
   readonly retryAfterMs: number | undefined
@@ -45,6 +46,22 @@ export class NetworkError extends DataEndpointsError {
     super(message, options)
     this.code = options.code
     this.retryable = options.retryable
+  }
+}
+
+/**
+ * A download's body ended before it was whole: the connection was reset or
+ * closed before the Content-Length or the last chunk. Not retried, since the
+ * bytes before it may already be with the caller; `cause` is fetch's error.
+ */
+export class DownloadCutOffError extends DataEndpointsError {
+  declare readonly status: number
+  /** the bytes received before the cut */
+  readonly bytes: number
+
+  constructor (message: string, options: { status: number, url: string, bytes: number, cause: unknown }) {
+    super(message, options)
+    this.bytes = options.bytes
   }
 }
 

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto'
-import { Readable } from 'node:stream'
-import type { ReadableStream as NodeReadableStream } from 'node:stream/web'
+import type { Readable } from 'node:stream'
 import { loggablePrefix } from '../api-key.js'
 import type { JobStatus, JobType } from '../job-source.js'
 import { redactUrl } from '../log-redaction.js'
 import { attempt, readJson, type AttemptSpec } from './attempt.js'
 import { fileNameOf } from './content-disposition.js'
 import { datasetParams, type DatasetQuery } from './dataset-query.js'
+import { contentLengthOf, downloadBody } from './download-body.js'
 import { DataEndpointsError, JobWaitTimeoutError, UsageError } from './errors.js'
 import { silentLogger, type ClientLogger } from './log.js'
 import { checkedUrl } from './request-url.js'
@@ -46,7 +46,7 @@ export interface DataEndpointsClientOptions {
 }
 
 export interface CallOptions {
-  /** aborts the call, its retries and (for a download) the body stream */
+  /** aborts the call, its retries and (for a download) the body stream, with the signal's reason as the error */
   signal?: AbortSignal
 }
 
@@ -56,7 +56,7 @@ export interface DatasetDownload {
   contentType: string | undefined
   /** from Content-Disposition; a suggestion, not a safe path */
   fileName: string | undefined
-  /** bytes, when the server said */
+  /** bytes, when the server said; undefined for a compressed answer, which fetch decompresses */
   contentLength: number | undefined
   headers: Headers
 }
@@ -138,7 +138,10 @@ export class DataEndpointsClient {
     const delays = options.retryDelays ?? DEFAULT_RETRY_DELAYS
     if (!delays.every((d) => Number.isFinite(d) && d >= 0)) throw new UsageError('retryDelays must be non-negative numbers')
     this.#retryDelays = [...delays]
-    this.#maxRetryAfter = options.maxRetryAfter ?? DEFAULT_MAX_RETRY_AFTER
+    const maxRetryAfter = options.maxRetryAfter ?? DEFAULT_MAX_RETRY_AFTER
+    // Else a NaN or negative value would throw every 429 at once.
+    if (!Number.isFinite(maxRetryAfter) || maxRetryAfter < 0) throw new UsageError('maxRetryAfter must be a non-negative number of milliseconds')
+    this.#maxRetryAfter = maxRetryAfter
     this.#logger = options.logger ?? silentLogger
     this.#allowHttp = options.allowHttp ?? false
     this.#sleep = options.sleep ?? realSleep
@@ -149,7 +152,7 @@ export class DataEndpointsClient {
    * Downloads a dataset. Resolves once the server has answered 200, after
    * retrying 500 and network time-outs; the body is a stream that is never
    * retried, since bytes may already be with the caller: a failure mid-body
-   * errors the stream.
+   * errors the stream with DownloadCutOffError.
    */
   async downloadDataset (url: string | URL, query: DatasetQuery = {}, options: CallOptions = {}): Promise<DatasetDownload> {
     const target = this.#keyedUrl(url)
@@ -163,14 +166,14 @@ export class DataEndpointsClient {
       handsOnBody: true,
       read: async (response, release) => {
         if (response.body === null) throw new DataEndpointsError('The server sent no body', { status: response.status, url: redactUrl(target.href) })
-        const body = Readable.fromWeb(response.body as NodeReadableStream<Uint8Array>)
+        const length = contentLengthOf(response.headers)
+        const body = downloadBody(response.body, { status: response.status, url: redactUrl(target.href), length, signal: options.signal })
         body.once('close', release)
-        const length = Number(response.headers.get('content-length') ?? NaN)
         return {
           body,
           contentType: response.headers.get('content-type') ?? undefined,
           fileName: fileNameOf(response.headers.get('content-disposition')),
-          contentLength: Number.isSafeInteger(length) ? length : undefined,
+          contentLength: length,
           headers: response.headers
         }
       }

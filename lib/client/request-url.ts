@@ -1,3 +1,4 @@
+import { redactKeys } from '../api-key.js'
 import { redactUrl } from '../log-redaction.js'
 import { UsageError } from './errors.js'
 
@@ -25,7 +26,7 @@ export function checkedUrl (input: string | URL, rules: UrlRules): URL {
     throw new UsageError(`Invalid URL: ${redactUrl(String(input))}`)
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') {
-    throw new UsageError(`Unsupported URL scheme ${url.protocol} (use https)`)
+    throw new UsageError(redactKeys(`Unsupported URL scheme ${url.protocol} (use https)`))
   }
   if ([...url.searchParams.keys()].some((name) => name.toLowerCase() === 'api_key')) {
     throw new UsageError('The API key must not be in the URL (api_key=): it is sent in the Authorization header. ' +
@@ -35,7 +36,8 @@ export function checkedUrl (input: string | URL, rules: UrlRules): URL {
     throw new UsageError('Credentials in the URL are not supported: the API key is sent in the Authorization header')
   }
   if (rules.sendsKey && url.protocol === 'http:' && !isLoopback(url.hostname) && !rules.allowHttp) {
-    throw new UsageError(`Refusing to send the API key over plain HTTP to ${url.host}: use https ` +
+    // The host is shown masked: a key pasted into it would be echoed (lower-cased) otherwise.
+    throw new UsageError(`Refusing to send the API key over plain HTTP to ${redactKeys(url.host)}: use https ` +
       '(or allowHttp / --allow-http on a trusted network)')
   }
   return url

@@ -15,7 +15,10 @@ export const DEFAULT_MAX_RETRY_AFTER = 60_000
 export type Sleep = (ms: number, signal?: AbortSignal) => Promise<void>
 
 export const realSleep: Sleep = async (ms, signal) => {
-  await delay(ms, undefined, { signal })
+  // An abort rejects with the signal's reason, as fetch does, not with the timer's own AbortError.
+  await delay(ms, undefined, { signal }).catch((error: unknown) => {
+    throw signal?.aborted === true ? signal.reason : error
+  })
 }
 
 export interface RetryPolicy {
