@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
-import type { FastifyDynamicSwaggerOptions, SwaggerTransform } from '@fastify/swagger'
-import type { FastifyContextConfig, FastifyInstance, FastifySchema } from 'fastify'
+import type { FastifyDynamicSwaggerOptions, SwaggerTransform, SwaggerTransformObject } from '@fastify/swagger'
+import { errorCodes, type FastifyContextConfig, type FastifyInstance, type FastifySchema } from 'fastify'
 import { Type } from 'typebox'
 import type { PluginContext } from './context.js'
 import { sendError } from './error-reply.js'
@@ -89,7 +89,21 @@ const errorBody = (description: string): ReturnType<typeof Type.Object> =>
 const KEY_404 = '`API key not found` (no such key in this project)'
 const MONIKER_400 = 'a malformed organization, project or id; the message names it'
 
-interface ManagementDoc { summary: string, ok: string, 400: string, 404?: string }
+// Fastify's own answers to a body it cannot read, on every route that reads
+// one (all but GET, HEAD and TRACE): their messages, quoted from Fastify.
+const BODYLESS_METHODS = new Set(['GET', 'HEAD', 'TRACE'])
+const BODY_415 = `\`${new errorCodes.FST_ERR_CTP_INVALID_MEDIA_TYPE().message}\`: a body that is not JSON ` +
+  '(JSON only, so that a cross-site form post is refused)'
+const BODY_413 = `\`${new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE().message}\`: a body over the host's \`bodyLimit\` (1 MiB by default)`
+
+interface ManagementDoc {
+  summary: string
+  ok: string
+  400: string
+  404?: string
+  /** The route reads a missing body as `{}`: the body is optional. */
+  optionalBody?: true
+}
 
 /** Summaries and answers of the management routes, by method and path under the prefix. */
 const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
@@ -125,7 +139,8 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
     summary: 'Create an endpoint or replace its keys; the path stays the same',
     ok: 'the endpoint: 201 created, 200 its keys replaced',
     400: '`keyIds` is empty while the project has several keys or none, or names keys of another project; or a bad body',
-    404: '`Dataset not found` / `Pipeline not found`: the host has no such resource'
+    404: '`Dataset not found` / `Pipeline not found`: the host has no such resource',
+    optionalBody: true
   },
   'DELETE /:organization/:project/endpoints/:modelSequence/:type/:resourceSequence': {
     summary: 'Delete an endpoint; the dataset or pipeline stays', ok: 'deleted', 400: MONIKER_400, 404: '`Endpoint not found`'
@@ -145,9 +160,30 @@ function managementDocs (prefix: string): SwaggerTransform {
     }
     response[400] = errorBody(docs[400])
     if (docs[404] !== undefined) response[404] = errorBody(docs[404])
+    if (!methods.every((m) => BODYLESS_METHODS.has(m))) {
+      response[413] = errorBody(BODY_413)
+      response[415] = errorBody(BODY_415)
+    }
     response[403] = errorBody('`Not authorized`: the caller lacks `ManageAPIKeys`')
     response[500] = errorBody('the server\'s message (for example getPermissions failed)')
     return { schema: { ...schema, tags: ['management'], summary: docs.summary, description: MANAGEMENT_AUTH, response }, url }
+  }
+}
+
+/**
+ * Marks the optional request bodies: @fastify/swagger writes
+ * `requestBody.required: true` for every route with a body schema.
+ */
+function optionalBodies (prefix: string): SwaggerTransformObject {
+  return (document) => {
+    const openapi = (document as { openapiObject: { paths: Record<string, Record<string, { requestBody?: { required: boolean } }>> } }).openapiObject
+    for (const [route, docs] of Object.entries(MANAGEMENT_DOCS)) {
+      if (docs.optionalBody !== true) continue
+      const [method, url] = route.split(' ')
+      const operation = openapi.paths[prefix + url.replace(/:(\w+)/g, '{$1}')]?.[method.toLowerCase()]
+      if (operation?.requestBody !== undefined) operation.requestBody.required = false
+    }
+    return openapi
   }
 }
 
@@ -174,7 +210,8 @@ export function swaggerOptions (options: ResolvedOptions): FastifyDynamicSwagger
         }
       }
     },
-    transform: managementDocs(options.managementPrefix)
+    transform: managementDocs(options.managementPrefix),
+    transformObject: optionalBodies(options.managementPrefix)
   }
 }
 

@@ -1,4 +1,5 @@
 import { Type, type Static } from 'typebox'
+import { IdempotencyInProgressError, TooManyFailuresError, VerificationBusyError } from './errors.js'
 
 // TypeBox schemas of the management API (DESIGN.md §4). The same schemas
 // validate requests, serialise responses and feed the OpenAPI document.
@@ -121,6 +122,9 @@ export type EndpointBody = Static<typeof Endpoint>
 const errorBody = (description: string): typeof ErrorBody =>
   Type.Object({ message: Type.String() }, { description })
 
+/** A catalogue error's exact message, quoted for a description. */
+const quoted = (error: new () => Error): string => `\`${new error().message}\``
+
 export const DataRouteParams = Type.Object({
   organization: Type.String({ description: 'moniker of the organization' }),
   project: Type.String({ description: 'moniker of the project' }),
@@ -163,7 +167,8 @@ const WrongMethod = Type.Object({ message: Type.String() }, {
   headers: AllowHeader
 })
 const TooMany = Type.Object({ message: Type.String() }, {
-  description: 'too many failed authentications from this address, or too many key verifications waiting',
+  description: `${quoted(TooManyFailuresError)} (too many failed authentications from this address) or ` +
+    `${quoted(VerificationBusyError)} (too many key verifications waiting)`,
   headers: RetryAfterHeader
 })
 
@@ -179,7 +184,10 @@ export const DatasetResponses = {
       'text/plain': { schema: Type.String({ description: 'meta=ddl' }) }
     }
   },
-  400: errorBody('`archiveType`, `meta`, `limit` or `entity` is invalid; the message names the parameter'),
+  // parseDownloadQuery's messages (dataset-download.ts), written there inline;
+  // openapi.test.ts checks each against a real answer.
+  400: errorBody('`Invalid archiveType: must be one of zip, tar`, `Invalid meta: must be one of entities, ddl`, ' +
+    '`Invalid limit: must be a non-negative integer` or `Invalid entity: the dataset has no entity of that name`'),
   403: Refused,
   404: errorBody('`Not found` (a sequence that is not a positive integer) or `Dataset not found`'),
   405: WrongMethod,
@@ -190,15 +198,24 @@ export const DatasetResponses = {
 export const JobReference = Type.Object({
   job_id: Type.String({ format: 'uuid' }),
   job_url: Type.String({ description: '<base_url>/api/job/<job_id>' })
-}, { description: 'the run started; its job reference' })
+}, {
+  description: 'the job reference of the run this call started, or with `Idempotent-Replayed: true` the first call\'s, replayed',
+  headers: {
+    'idempotent-replayed': Type.Enum(['true'], {
+      type: 'string',
+      description: '`true` when the body replays the first call with this `Idempotency-Key` (nothing started); absent otherwise'
+    })
+  }
+})
 
 export const PipelineResponses = {
   200: JobReference,
-  400: errorBody('`Idempotency-Key` is not 1 to 255 visible ASCII characters'),
+  // runPipeline's message (data-routes.ts), written there inline; checked as above.
+  400: errorBody('`Idempotency-Key must be 1 to 255 visible ASCII characters`'),
   403: Refused,
   404: errorBody('`Not found` (a sequence that is not a positive integer) or `Pipeline not found`'),
   405: WrongMethod,
-  409: errorBody('a call with this `Idempotency-Key` is still in progress'),
+  409: errorBody(`${quoted(IdempotencyInProgressError)}: another call with this key was still running after this one waited for it`),
   429: TooMany,
   500: errorBody('the server\'s message; check the job status before retrying')
 }

@@ -1,9 +1,9 @@
 import fastifySwagger from '@fastify/swagger'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
-import dataEndpoints, { SqliteStorage } from '../lib/index.js'
+import dataEndpoints, { SqliteStorage, type KeyHasher } from '../lib/index.js'
 import { MemoryDatasets, MemoryJobs } from './fixtures.js'
-import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from './helper.js'
+import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL, type TestApp } from './helper.js'
 
 // The OpenAPI document at <managementPrefix>/openapi.json: who may read it,
 // what it covers, and that documenting the data routes changed none of
@@ -26,19 +26,20 @@ const KEYS = '/api-keys/{organization}/{project}/keys'
 const ENDPOINT = '/api-keys/{organization}/{project}/endpoints/{modelSequence}/{type}/{resourceSequence}'
 
 // Every documented operation and its statuses: DESIGN.md §2 for the data
-// and job routes, §4 for management (plus 500, e.g. getPermissions failing).
+// and job routes, §4 for management (plus 500, e.g. getPermissions failing,
+// and Fastify's 413 and 415 where a body is read).
 const EXPECTED: Record<string, string[]> = {
   [`GET ${DATASET}`]: ['200', '400', '403', '404', '405', '429', '500'],
   [`POST ${PIPELINE}`]: ['200', '400', '403', '404', '405', '409', '429', '500'],
   'GET /api/job/{jobId}': ['200', '404', '500'],
   [`GET ${KEYS}`]: ['200', '400', '403', '500'],
-  [`POST ${KEYS}`]: ['201', '400', '403', '500'],
-  [`PATCH ${KEYS}/{keyId}`]: ['200', '400', '403', '404', '500'],
-  [`DELETE ${KEYS}/{keyId}`]: ['204', '400', '403', '404', '500'],
-  [`POST ${KEYS}/{keyId}/regenerate`]: ['200', '400', '403', '404', '500'],
+  [`POST ${KEYS}`]: ['201', '400', '403', '413', '415', '500'],
+  [`PATCH ${KEYS}/{keyId}`]: ['200', '400', '403', '404', '413', '415', '500'],
+  [`DELETE ${KEYS}/{keyId}`]: ['204', '400', '403', '404', '413', '415', '500'],
+  [`POST ${KEYS}/{keyId}/regenerate`]: ['200', '400', '403', '404', '413', '415', '500'],
   'GET /api-keys/{organization}/{project}/endpoints': ['200', '400', '403', '500'],
-  [`PUT ${ENDPOINT}`]: ['200', '201', '400', '403', '404', '500'],
-  [`DELETE ${ENDPOINT}`]: ['204', '400', '403', '404', '500'],
+  [`PUT ${ENDPOINT}`]: ['200', '201', '400', '403', '404', '413', '415', '500'],
+  [`DELETE ${ENDPOINT}`]: ['204', '400', '403', '404', '413', '415', '500'],
   'GET /api-keys/openapi.json': ['200', '403', '500']
 }
 
@@ -157,6 +158,156 @@ t.test('the management routes: bodies, and answers that carry a key value say it
   for (const [name, op] of operations(doc)) {
     if (name.includes('/api-keys/')) t.same(op.tags, ['management'], name)
   }
+})
+
+// The tests below derive what the document must say from the server's own
+// answers: provoke the answer, then find its status and exact message.
+
+type Inject = Awaited<ReturnType<TestApp['app']['inject']>>
+
+/** The document lists the status `res` answered for `operation`, quoting its message exactly. */
+async function assertQuoted (t: Test, app: TestApp['app'], operation: string, res: Inject): Promise<void> {
+  const doc = (await app.inject({ url: DOC, headers: ADMIN })).json() as Document
+  const { message } = res.json() as { message: string }
+  const described = operations(doc).get(operation)?.responses[String(res.statusCode)]?.description ?? ''
+  t.ok(described.includes(`\`${message}\``), `${operation} ${res.statusCode} quotes \`${message}\`: ${described}`)
+}
+
+/** The URL of a management operation's path template, for the key `keyId`. */
+function urlOf (template: string, keyId: string): string {
+  const values: Record<string, string> = {
+    organization: 'acme', project: 'shop', keyId, modelSequence: '1', type: 'dataset', resourceSequence: '1'
+  }
+  return template.replace(/\{(\w+)\}/g, (_, name: string) => values[name])
+}
+
+t.test('management operations list 413 and 415 exactly where the server answers them, with their messages', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  const doc = (await app.inject({ url: DOC, headers: ADMIN })).json() as Document
+  const unreadable = {
+    415: { 'content-type': 'text/plain', payload: 'purpose=x' },
+    413: { 'content-type': 'application/json', payload: JSON.stringify({ purpose: 'x'.repeat(1024 * 1024) }) }
+  }
+  const answered: Record<string, number> = { 413: 0, 415: 0 }
+  for (const [name, op] of operations(doc)) {
+    if (op.tags?.[0] !== 'management') continue
+    const [method, template] = name.split(' ')
+    for (const [status, { payload, ...headers }] of Object.entries(unreadable)) {
+      const res = await app.inject({ method: method as 'GET', url: urlOf(template, k.id), headers: { ...ADMIN, ...headers }, payload })
+      if (res.statusCode === Number(status)) {
+        answered[status]++
+        await assertQuoted(t, app, name, res)
+      } else {
+        t.notOk(status in op.responses, `${name}: answers ${res.statusCode}, so does not list ${status}`)
+      }
+    }
+  }
+  t.ok(answered[413] > 0 && answered[415] > 0, `answered: ${JSON.stringify(answered)}`)
+})
+
+t.test('every message of the dataset and pipeline 400s is quoted in the document', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  await assignKeys(app, 'pipeline', [k.id])
+  const queries: Array<Record<string, string>> = [{ limit: 'abc' }, { entity: 'nope' }, { archiveType: 'rar' }, { meta: 'all' }]
+  for (const query of queries) {
+    const res = await app.inject({ url: DATASET_URL, query: { ...query, api_key: k.key } })
+    t.equal(res.statusCode, 400, JSON.stringify(query))
+    await assertQuoted(t, app, `GET ${DATASET}`, res)
+  }
+  const res = await app.inject({ method: 'POST', url: PIPELINE_URL, headers: { authorization: `Bearer ${k.key}`, 'idempotency-key': 'has space' } })
+  t.equal(res.statusCode, 400)
+  await assertQuoted(t, app, `POST ${PIPELINE}`, res)
+})
+
+t.test('the 409 of a held Idempotency-Key is quoted in the document', async (t) => {
+  const { app, storage } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'pipeline', [k.id])
+  // Another call holds the key and never finishes; the clock jumps past the
+  // wait at each look, so the test need not wait it out.
+  const realNow = Date.now
+  let skew = 0
+  Date.now = () => realNow() + skew
+  t.teardown(() => { Date.now = realNow })
+  storage.claimIdempotencyKey = async () => {
+    skew += 60_000
+    return { claimed: false, response: null }
+  }
+  const res = await app.inject({ method: 'POST', url: PIPELINE_URL, headers: { authorization: `Bearer ${k.key}`, 'idempotency-key': 'held' } })
+  t.equal(res.statusCode, 409)
+  await assertQuoted(t, app, `POST ${PIPELINE}`, res)
+})
+
+t.test('both 429 messages are quoted in the document', async (t) => {
+  const wrong = (key: string, i: number): string => key.slice(0, 11) + String(i).padStart(21, 'x')
+
+  const { app: throttled } = await buildApp(t, { failureThrottle: { maxFailures: 1, windowMs: 60_000, delayMs: 0 } })
+  const k = await createKey(throttled)
+  await assignKeys(throttled, 'dataset', [k.id])
+  t.equal((await throttled.inject({ url: DATASET_URL, query: { api_key: wrong(k.key, 1) } })).statusCode, 403)
+  const limited = await throttled.inject({ url: DATASET_URL, query: { api_key: wrong(k.key, 2) } })
+  t.equal(limited.statusCode, 429)
+  await assertQuoted(t, throttled, `GET ${DATASET}`, limited)
+
+  // One comparison at a time and no queue: a second one, while the first
+  // is held, is refused.
+  let comparing!: () => void
+  const compared = new Promise<void>((resolve) => { comparing = resolve })
+  let release!: () => void
+  const held = new Promise<void>((resolve) => { release = resolve })
+  const hasher: KeyHasher = {
+    hash: async (value) => value,
+    compare: async (value, hash) => {
+      comparing()
+      await held
+      return value === hash
+    }
+  }
+  const { app: busy } = await buildApp(t, { hasher, maxConcurrentHashes: 1, maxQueuedHashes: 0, failureThrottle: false })
+  const b = await createKey(busy)
+  await assignKeys(busy, 'pipeline', [b.id])
+  const first = busy.inject({ method: 'POST', url: PIPELINE_URL, query: { api_key: wrong(b.key, 1) } })
+  await compared
+  const refused = await busy.inject({ method: 'POST', url: PIPELINE_URL, query: { api_key: wrong(b.key, 2) } })
+  release()
+  t.equal((await first).statusCode, 403)
+  t.equal(refused.statusCode, 429)
+  await assertQuoted(t, busy, `POST ${PIPELINE}`, refused)
+})
+
+t.test('the pipeline 200 documents the headers a replay adds', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'pipeline', [k.id])
+  const call = async (): Promise<Inject> =>
+    app.inject({ method: 'POST', url: PIPELINE_URL, headers: { authorization: `Bearer ${k.key}`, 'idempotency-key': 'once' } })
+  const first = await call()
+  const replay = await call()
+  t.same([first.statusCode, replay.statusCode, replay.body], [200, 200, first.body])
+  const added = Object.keys(replay.headers).filter((name) => !(name in first.headers))
+  t.ok(added.length > 0, `a replay adds ${added.join(', ')}`)
+  const documented = operations((await app.inject({ url: DOC, headers: ADMIN })).json()).get(`POST ${PIPELINE}`)?.responses['200'].headers as
+    Record<string, { schema: { enum?: unknown[] } }> | undefined
+  for (const name of added) t.same(documented?.[name]?.schema.enum, [replay.headers[name]], `${name} documented with its value`)
+})
+
+t.test('a request body is required in the document exactly where the server refuses a request without one', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await createKey(app)
+  const doc = (await app.inject({ url: DOC, headers: ADMIN })).json() as Document
+  let bodies = 0
+  for (const [name, op] of operations(doc)) {
+    const body = op.requestBody as { required?: boolean } | undefined
+    if (body === undefined) continue
+    bodies++
+    const [method, template] = name.split(' ')
+    const res = await app.inject({ method: method as 'PUT', url: urlOf(template, k.id), headers: ADMIN })
+    t.equal(body.required === true, res.statusCode === 400, `${name}: without a body ${res.statusCode} ${res.body}; required ${body.required}`)
+  }
+  t.ok(bodies >= 3, `${bodies} operations take a body`)
 })
 
 t.test('every $ref in the document resolves', async (t) => {
