@@ -7,7 +7,7 @@ import dataEndpoints, {
 import { adminTokenPermissions } from './admin-auth.js'
 import type { ExampleConfig } from './config.js'
 import { SampleJobs } from './jobs.js'
-import { openExampleDatabase, SampleDatasets, seedSampleData } from './sample-datasets.js'
+import { exampleDatabaseFile, openExampleDatabase, SampleDatasets, seedSampleData } from './sample-datasets.js'
 
 export type AppConfig = Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'eventsRows' | 'logLevel'> &
   Partial<Pick<ExampleConfig, 'databaseUrl' | 'databaseSchema'>>
@@ -30,7 +30,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
 
   // The sample data and the jobs live in a database of their own, apart from
   // the plugin's storage, so that another storage can take its place alone.
-  const exampleFile = join(config.dataDir, 'example.db')
+  const exampleFile = exampleDatabaseFile(config.dataDir)
   const exampleDb = openExampleDatabase(exampleFile)
   let datasets: SampleDatasets | undefined
   let jobs: SampleJobs | undefined

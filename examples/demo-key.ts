@@ -1,5 +1,6 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
-import { SAMPLE_MODEL } from './sample-datasets.js'
+import type { ExampleConfig } from './config.js'
+import { endFirstStart, exampleDatabaseFile, isFirstStart, openExampleDatabase, SAMPLE_MODEL } from './sample-datasets.js'
 
 export interface DemoKey {
   id: string
@@ -41,4 +42,26 @@ export async function createDemoKey (app: FastifyInstance, adminToken: string): 
     expect(assigned, [200, 201], `assigning it to ${type} 1`)
   }
   return { id: demo.id, prefix: demo.prefix, key: demo.key }
+}
+
+/**
+ * The demo key of the first start (DESIGN.md §5): created, unless DEMO_KEY=off,
+ * by the first start on this data that gets this far (past listening), if the
+ * project is empty, and by no later start, even once the project is empty again.
+ * Returns the key, 'off', or 'none'.
+ */
+export async function firstStartDemoKey (
+  app: FastifyInstance, config: Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'demoKey'>
+): Promise<DemoKey | 'none' | 'off'> {
+  // A connection of its own for this one step, beside the app's.
+  const db = openExampleDatabase(exampleDatabaseFile(config.dataDir))
+  try {
+    if (!isFirstStart(db)) return 'none'
+    const demo = config.demoKey ? (await createDemoKey(app, config.adminToken)) ?? 'none' : 'off'
+    // Only now: a start that failed before this point leaves the next one a first start.
+    endFirstStart(db)
+    return demo
+  } finally {
+    db.close()
+  }
 }

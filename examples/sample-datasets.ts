@@ -1,3 +1,4 @@
+import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row, RowsOptions } from '../lib/index.js'
 
@@ -153,6 +154,11 @@ function * generateEvents (count: number): Generator<unknown[]> {
 
 const EVENTS_BATCH = 500
 
+/** The example database (sample data, jobs) in the data folder. */
+export function exampleDatabaseFile (dataDir: string): string {
+  return join(dataDir, 'example.db')
+}
+
 /**
  * The writable connection to the example database (sample data and jobs).
  * WAL mode lets its writes go on while downloads read through another connection.
@@ -188,6 +194,8 @@ export function seedSampleData (db: Database.Database, eventsRows: number): void
       for (const row of SALES_ROWS[entity.name]) insert.run(...row)
     }
     setMeta.run('sales', 'seeded')
+    // Made with the data, so that a start on older data is never taken for a first one.
+    setMeta.run('first_start', 'pending')
   }).immediate()
 
   if (getMeta.get('events_rows')?.value === String(eventsRows)) return
@@ -205,6 +213,18 @@ export function seedSampleData (db: Database.Database, eventsRows: number): void
     if (batch.length > 0) db.prepare(insertSql(EVENTS_ENTITY, batch.length / EVENTS_ENTITY.columns.length)).run(batch)
     setMeta.run('events_rows', String(eventsRows))
   }).immediate()
+}
+
+/**
+ * True from the creation of the sample data until `endFirstStart`: no start on
+ * this data has yet got as far as its first-start step (the demo key).
+ */
+export function isFirstStart (db: Database.Database): boolean {
+  return db.prepare('SELECT 1 FROM sample_meta WHERE name = ?').get('first_start') !== undefined
+}
+
+export function endFirstStart (db: Database.Database): void {
+  db.prepare('DELETE FROM sample_meta WHERE name = ?').run('first_start')
 }
 
 /**

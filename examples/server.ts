@@ -41,13 +41,13 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => { 
 // The rest is imported once the signal handlers are in place: loading it
 // takes seconds on a cold start, and a Ctrl-C meanwhile should still exit 0.
 const { buildExampleApp } = await import('./app.js')
-const { createDemoKey } = await import('./demo-key.js')
+const { firstStartDemoKey } = await import('./demo-key.js')
 const { startupBanner } = await import('./startup-banner.js')
 
 try {
   app = await buildExampleApp(config)
   const address = await app.listen({ host: '127.0.0.1', port: config.port })
-  const demo = config.demoKey ? (await createDemoKey(app, config.adminToken)) ?? 'exists' : 'off'
+  const demo = await firstStartDemoKey(app, config)
   // Written in one piece to stdout, beside the log lines rather than through the logger.
   process.stdout.write(startupBanner({
     baseUrl: address,

@@ -7,7 +7,7 @@ export interface BannerFacts {
   /** the admin token when it was generated at start; null when it came from ADMIN_TOKEN */
   adminToken: string | null
   /** the demo key created now, or why there is none */
-  demo: DemoKey | 'exists' | 'off'
+  demo: DemoKey | 'none' | 'off'
 }
 
 const RULE = '='.repeat(78)
@@ -20,17 +20,20 @@ export function startupBanner ({ baseUrl, adminToken, demo }: BannerFacts): stri
   const { organization, project, modelSequence } = SAMPLE_MODEL
   const model = `${baseUrl}/api/${organization}/${project}/model/${modelSequence}`
   const management = `${baseUrl}/api-keys/${organization}/${project}`
-  const admin = adminToken ?? '$ADMIN_TOKEN'
-  const key = typeof demo === 'object' ? demo.key : '$API_KEY'
+  // A variable the user's shell may not have: if it is unset, the shell refuses
+  // the line and says what to set, rather than curl sending an empty token.
+  const admin = adminToken ?? '${ADMIN_TOKEN:?set ADMIN_TOKEN to the token you started the server with}'
+  const key = typeof demo === 'object' ? demo.key : '${API_KEY:?set API_KEY to your API key}'
 
   const lines = [
     RULE,
     `fastify-data-endpoints example server on ${baseUrl}`,
     'Secrets below are printed once, here, and never in the JSON log lines.',
     '',
-    adminToken === null
-      ? 'Admin token:   the value of ADMIN_TOKEN'
-      : `Admin token:   ${adminToken}   (new at every start; set ADMIN_TOKEN to keep one)`
+    ...(adminToken === null
+      ? ['Admin token:   the value of ADMIN_TOKEN (not printed). The admin curl lines below read it',
+          '               from your shell: run them where ADMIN_TOKEN is exported with that value.']
+      : [`Admin token:   ${adminToken}   (new at every start; set ADMIN_TOKEN to keep one)`])
   ]
   if (typeof demo === 'object') {
     lines.push(
@@ -40,10 +43,10 @@ export function startupBanner ({ baseUrl, adminToken, demo }: BannerFacts): stri
   } else {
     lines.push(demo === 'off'
       ? 'Demo API key:  none (DEMO_KEY=off)'
-      : 'Demo API key:  none new; the project already has keys (a key is shown only when created)',
+      : 'Demo API key:  none new (only a first start on an empty project makes one, and shows it once)',
     '               Create one with:',
     `               curl -X POST -H "Authorization: Bearer ${admin}" -H "Content-Type: application/json" -d '{"purpose":"trial"}' "${management}/keys"`,
-    '               then assign it with PUT .../endpoints/1/dataset/1 and use it as API_KEY below.')
+    '               then assign it with PUT .../endpoints/1/dataset/1 and export it as API_KEY for the lines below.')
   }
   lines.push(
     '',

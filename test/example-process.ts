@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -57,6 +57,41 @@ export function parseCurl (line: string): Curl {
     url: urls[urls.length - 1][1],
     output: /-o (\S+)/.exec(line)?.[1]
   }
+}
+
+export interface Pasted {
+  /** the shell's exit code: not 0 when it refused to run the line */
+  code: number
+  stderr: string
+  /** the request curl was asked to make */
+  request: { method: string, headers: Record<string, string>, url: string, body: string | undefined }
+}
+
+/**
+ * Runs a printed curl line as a shell runs it pasted, with `env` as the
+ * user's variables (and nothing else set), but with a `curl` that only hands
+ * back the arguments the shell gave it.
+ */
+export async function pasteCurl (line: string, env: Record<string, string> = {}): Promise<Pasted> {
+  const script = `curl () { printf '%s\\0' "$@"; }\n${line.trim()}\n`
+  const { code, stdout, stderr } = await new Promise<{ code: number, stdout: string, stderr: string }>((resolve) => {
+    execFile('sh', ['-c', script], { env: { PATH: process.env.PATH, ...env } }, (err, stdout, stderr) => {
+      resolve({ code: err === null ? 0 : Number(err.code ?? 1), stdout, stderr })
+    })
+  })
+  const args = stdout.split('\0').slice(0, -1)
+  // Every option the banner uses takes a value; the URL comes last.
+  const request: Pasted['request'] = { method: 'GET', headers: {}, url: args[args.length - 1] ?? '', body: undefined }
+  for (let i = 0; i + 1 < args.length; i += 2) {
+    const [option, value] = [args[i], args[i + 1]]
+    if (option === '-X') request.method = value
+    if (option === '-d') request.body = value
+    if (option === '-H') {
+      const colon = value.indexOf(':')
+      request.headers[value.slice(0, colon).toLowerCase()] = value.slice(colon + 1).trim()
+    }
+  }
+  return { code, stderr, request }
 }
 
 /** Starts `examples/server.ts` and waits for its start-up block. */

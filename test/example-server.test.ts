@@ -6,10 +6,10 @@ import t from 'tap'
 import { adminTokenPermissions } from '../examples/admin-auth.js'
 import { buildExampleApp } from '../examples/app.js'
 import { readConfig } from '../examples/config.js'
-import { createDemoKey } from '../examples/demo-key.js'
+import { createDemoKey, firstStartDemoKey } from '../examples/demo-key.js'
 import { INTERRUPTED, SampleJobs } from '../examples/jobs.js'
 import { openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData } from '../examples/sample-datasets.js'
-import { logLines, startServer, tempDir, type Curl } from './example-process.js'
+import { logLines, pasteCurl, startServer, tempDir, type Curl } from './example-process.js'
 import { freshSchema, pgAvailable } from './pg.js'
 
 // The example server (DESIGN.md §5), run as `npm start` runs it: a real
@@ -17,8 +17,8 @@ import { freshSchema, pgAvailable } from './pg.js'
 
 const KEY_ANYWHERE = /[A-Za-z0-9]{10}-[A-Za-z0-9]{21}/g
 
-async function send (c: Pick<Curl, 'method' | 'headers' | 'url'>): Promise<{ status: number, body: any }> {
-  const res = await fetch(c.url, { method: c.method, headers: c.headers })
+async function send (c: Pick<Curl, 'method' | 'headers' | 'url'> & { body?: string }): Promise<{ status: number, body: any }> {
+  const res = await fetch(c.url, { method: c.method, headers: c.headers, body: c.body })
   return { status: res.status, body: await res.json() }
 }
 
@@ -56,6 +56,8 @@ t.test('first start, restart with the same data, graceful stop', async (t) => {
   const [datasetJson, csvZip, pipelinePost, jobStatus, management] = curl
   for (const c of [datasetJson, csvZip, pipelinePost]) t.equal(c.headers.authorization, `Bearer ${key}`)
   t.equal(management.headers.authorization, `Bearer ${adminToken}`)
+  t.same((await pasteCurl(management.line)).request.headers, { authorization: `Bearer ${adminToken}` },
+    'a generated admin token is in the line itself: it works pasted as is')
 
   // Authenticated data calls, counted per endpoint to check `calls` after a restart.
   let datasetCalls = 0
@@ -168,22 +170,56 @@ t.test('first start, restart with the same data, graceful stop', async (t) => {
     { status: 'failed', error: INTERRUPTED }, 'a job cut short by the stop is failed')
   t.same(await send({ method: 'GET', headers: { authorization: `Bearer ${key}` }, url: `${again.baseUrl}/api/acme/shop/model/1/dataset/1?format=json&meta=entities` }),
     { status: 200, body: ['customers', 'products', 'orders'] }, 'the demo key still works')
+
+  // Emptied by hand, the project gets no new demo key: that is for the first start only.
+  const admin = { authorization: `Bearer ${again.adminToken as string}` }
+  for (const path of [`keys/${demoKeyId as string}`, 'endpoints/1/dataset/1', 'endpoints/1/pipeline/1', 'endpoints/1/pipeline/2']) {
+    const deleted = await fetch(`${again.baseUrl}/api-keys/acme/shop/${path}`, { method: 'DELETE', headers: admin })
+    t.equal(deleted.status, 204, `DELETE ${path}`)
+  }
   t.equal((await again.stop('SIGINT')).code, 0, 'SIGINT exits 0')
+  const third = await startServer(t, { DATA_DIR: dataDir })
+  t.equal(third.demoKey, undefined, 'no demo key on a later start, even with the project empty')
+  t.match(third.banner.join('\n'), /Demo API key: +none new/)
+  t.same(await send({ method: 'GET', headers: { authorization: `Bearer ${third.adminToken as string}` }, url: `${third.baseUrl}/api-keys/acme/shop/keys` }),
+    { status: 200, body: [] }, 'and none was created')
+  t.equal((await third.stop()).code, 0)
 })
 
 t.test('DEMO_KEY=off and a given ADMIN_TOKEN', async (t) => {
   const adminToken = `admin-${randomUUID()}`
-  const server = await startServer(t, { DATA_DIR: tempDir(t), DEMO_KEY: 'off', ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn' })
+  const dataDir = tempDir(t)
+  const server = await startServer(t, { DATA_DIR: dataDir, DEMO_KEY: 'off', ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn' })
   t.equal(server.demoKey, undefined)
   t.match(server.banner.join('\n'), /Demo API key: +none \(DEMO_KEY=off\)/)
   t.match(server.banner.join('\n'), /Admin token: +the value of ADMIN_TOKEN/, 'the given admin token is not printed')
   const keys = await send({ method: 'GET', headers: { authorization: `Bearer ${adminToken}` }, url: `${server.baseUrl}/api-keys/acme/shop/keys` })
   t.same(keys, { status: 200, body: [] }, 'no key was created')
+
+  // The admin line reads the token from the user's shell, which often has none.
+  const management = server.curl[server.curl.length - 1]
+  const unset = await pasteCurl(management.line)
+  t.not(unset.code, 0, 'pasted where ADMIN_TOKEN is unset, the line does not run')
+  t.match(unset.stderr, 'set ADMIN_TOKEN to the token you started the server with', 'and the shell says why')
+  t.same(await send((await pasteCurl(management.line, { ADMIN_TOKEN: adminToken })).request), { status: 200, body: [] },
+    'with ADMIN_TOKEN set, it works as printed')
+
   const { code, stdout } = await server.stop()
   t.equal(code, 0)
   t.notOk(stdout.includes(adminToken), 'the admin token appears nowhere in the output')
   t.same(stdout.match(KEY_ANYWHERE), null)
   t.same(logLines(stdout).filter((l) => (l.level as number) < 40), [], 'LOG_LEVEL=warn: no info lines')
+
+  // DEMO_KEY=off used up the first start: a later start without it makes no key either.
+  const again = await startServer(t, { DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn' })
+  t.equal(again.demoKey, undefined, 'no demo key on a later start')
+  t.match(again.banner.join('\n'), /Demo API key: +none new/)
+  const createLine = again.banner.find((l) => l.trim().startsWith('curl -X POST') && l.includes('/keys')) as string
+  t.match((await pasteCurl(createLine)).stderr, 'set ADMIN_TOKEN', 'the "Create one with" line says why it cannot run')
+  const created = await send((await pasteCurl(createLine, { ADMIN_TOKEN: adminToken })).request)
+  t.match(created, { status: 201, body: { purpose: 'trial' } }, 'and works with ADMIN_TOKEN set')
+  t.match((await pasteCurl(again.curl[0].line)).stderr, 'set API_KEY', 'the key lines ask for API_KEY likewise')
+  t.equal((await again.stop()).code, 0)
 })
 
 t.test('bad settings stop the server with a message naming them', async (t) => {
@@ -293,6 +329,27 @@ t.test('buildExampleApp in process: close stops running jobs, restart keeps data
   t.match(job.json(), { job_id: jobId, status: 'failed', error: INTERRUPTED }, 'the run cut short by close is failed')
   const keys = await reopened.inject({ method: 'GET', url: '/api-keys/acme/shop/keys', headers: { authorization: 'Bearer in-process' } })
   t.same(keys.json<Array<{ prefix: string }>>().map((k) => k.prefix), [demo.prefix], 'the key is kept')
+})
+
+t.test('the demo key is made by the first start that gets that far, and by no other', async (t) => {
+  const config = { dataDir: tempDir(t), adminToken: 'in-process', eventsRows: 10, logLevel: 'silent', demoKey: true }
+  // A start that failed before its demo key step (say, the port was taken) uses up nothing.
+  await (await buildExampleApp(config)).close()
+  const app = await buildExampleApp(config)
+  t.teardown(() => app.close())
+  t.match(await firstStartDemoKey(app, config), { key: /^[A-Za-z0-9]{10}-[A-Za-z0-9]{21}$/ }, 'made on the first start')
+  t.equal(await firstStartDemoKey(app, config), 'none', 'not again')
+  t.equal(await firstStartDemoKey(app, { ...config, demoKey: false }), 'none', 'DEMO_KEY=off on a later start: none new all the same')
+
+  // Data made before first starts were recorded: a later start.
+  const older = { ...config, dataDir: tempDir(t) }
+  const db = openExampleDatabase(join(older.dataDir, 'example.db'))
+  seedSampleData(db, 10)
+  db.prepare('DELETE FROM sample_meta WHERE name = ?').run('first_start')
+  db.close()
+  const olderApp = await buildExampleApp(older)
+  t.teardown(() => olderApp.close())
+  t.equal(await firstStartDemoKey(olderApp, older), 'none', 'no key on data from an older version')
 })
 
 t.test('with DATABASE_URL the example keeps keys and counters in PostgreSQL', async (t) => {
