@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import http from 'node:http'
 import { join } from 'node:path'
 import t from 'tap'
 import { SqliteStorage } from '../lib/index.js'
@@ -93,4 +94,43 @@ t.test('SIGTERM under load: exit 0, and calls equal the 200s the clients receive
   }
   const [stored] = await storage.listKeys({ organization: 'acme', project: 'shop' })
   t.ok(stored.updatedAt !== null && stored.updatedAt.getTime() <= Date.now(), 'the key\'s last use was written')
+})
+
+// A client that keeps its connection alive after a download, as a balancer
+// does, must not hold the close: Fastify closes only the connections idle when
+// the close starts, and this one was busy then.
+t.test('SIGTERM mid-download on a keep-alive connection: the download ends whole, and the close does not wait for the idle connection', async (t) => {
+  const dataDir = tempDir(t)
+  const adminToken = `admin-${randomUUID()}`
+  const server = await startServer(t, { DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, EVENTS_ROWS: '50000', LOG_LEVEL: 'warn' })
+  const key = server.demoKey as string
+  const admin = { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }
+  const [demo] = await (await fetch(`${server.baseUrl}/api-keys/acme/shop/keys`, { headers: { authorization: admin.authorization } })).json() as Array<{ id: string }>
+  t.equal((await fetch(`${server.baseUrl}/api-keys/acme/shop/endpoints/1/dataset/2`, { method: 'PUT', headers: admin, body: JSON.stringify({ keyIds: [demo.id] }) })).status, 201)
+
+  const agent = new http.Agent({ keepAlive: true })
+  t.teardown(() => agent.destroy())
+  const response = await new Promise<http.IncomingMessage>((resolve, reject) => {
+    http.get(`${server.baseUrl}/api/acme/shop/model/1/dataset/2?format=json`, { agent, headers: { authorization: `Bearer ${key}` } }, resolve).on('error', reject)
+  })
+  t.equal(response.statusCode, 200)
+  t.equal(response.headers.connection, 'keep-alive')
+  // Hold the download open (a 50,000-row body is far more than the socket
+  // buffers take) while the server gets SIGTERM and starts closing.
+  response.pause()
+  const stopped = server.stop('SIGTERM')
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  const chunks: Buffer[] = []
+  for await (const chunk of response) chunks.push(chunk as Buffer)
+  const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { events: unknown[] }
+  t.equal(body.events.length, 50_000, 'the download in flight at SIGTERM ended whole')
+
+  // The agent now keeps that connection open and idle.
+  const { code, stdout } = await stopped
+  t.equal(code, 0, 'the close ended by itself, not by its time-out')
+  t.notMatch(stdout, 'close timed out')
+  const storage = new SqliteStorage({ filename: join(dataDir, 'data-endpoints.db') })
+  t.teardown(() => storage.close())
+  const endpoint = await storage.getEndpoint({ organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 2 })
+  t.equal(endpoint?.calls, 1, 'the call was written at close')
 })
