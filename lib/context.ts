@@ -1,4 +1,5 @@
 import type { FailureThrottle } from './failure-throttle.js'
+import type { IdempotencyReleaser } from './idempotency-releaser.js'
 import type { KeyHasher } from './key-hasher.js'
 import type { KeyVerifier } from './key-verifier.js'
 import type { ResolvedOptions } from './options.js'
@@ -12,6 +13,7 @@ export interface PluginContext {
   hasher: KeyHasher
   verifier: KeyVerifier
   usage: UsageRecorder
+  idempotencyReleaser: IdempotencyReleaser
   throttle: FailureThrottle | null
   /** whether the host's Fastify has a logger that writes anything */
   logs: boolean

@@ -12,6 +12,7 @@ import {
 import { redactUrl } from './log-redaction.js'
 import { datasetRoute, documentationOnly, pipelineRoute } from './openapi.js'
 import type { Pipeline } from './pipeline-runner.js'
+import type { IdempotencyClaim } from './storage.js'
 
 /** Relative to the /api prefix the plugin registers it under. */
 export const DATA_ROUTE = '/:organization/:project/model/:modelSequence/:type/:resourceSequence'
@@ -53,7 +54,7 @@ export interface JobReference {
 
 /** The data routes and their key hook, in their own encapsulated context. */
 export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
-  const { options, storage } = ctx
+  const { options, storage, idempotencyReleaser } = ctx
 
   app.decorateRequest('dataEndpointCall', null)
   app.decorateRequest('dataEndpointKeyPrefix', undefined)
@@ -110,16 +111,27 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
       throw new BadRequestError('Idempotency-Key must be 1 to 255 visible ASCII characters')
     }
 
+    // This call's claim token: it releases this call's claim and no other.
+    const token = randomUUID()
+    const release = async (): Promise<void> => idempotencyReleaser.release(call.endpointId, idempotencyKey, token)
     const deadline = Date.now() + IDEMPOTENCY_WAIT_MS
     while (true) {
-      const claim = await storage.claimIdempotencyKey(call.endpointId, idempotencyKey, options.idempotencyTtl)
+      let claim: IdempotencyClaim
+      try {
+        claim = await storage.claimIdempotencyKey(call.endpointId, idempotencyKey, options.idempotencyTtl, token)
+      } catch (err) {
+        // The claim may have been written with its answer lost: nothing ran,
+        // so free it, or the key would be held for idempotencyTtl.
+        await release()
+        throw err
+      }
       if (claim.claimed) {
         let body: JobReference
         try {
           body = await startRun(pipeline, request)
         } catch (err) {
           // Nothing started: let a retry with the same key run.
-          await storage.releaseIdempotencyKey(call.endpointId, idempotencyKey)
+          await release()
           throw err
         }
         // If this write fails the key stays claimed without a body: later calls

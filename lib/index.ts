@@ -6,6 +6,7 @@ import { dataRoutes } from './data-routes.js'
 import { sendError } from './error-reply.js'
 import { NotFoundError } from './errors.js'
 import { FailureThrottle } from './failure-throttle.js'
+import { IdempotencyReleaser } from './idempotency-releaser.js'
 import { jobRoute } from './job-route.js'
 import { bcryptHasher } from './key-hasher.js'
 import { KeyVerifier } from './key-verifier.js'
@@ -58,6 +59,7 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
       maxQueuedHashes: options.maxQueuedHashes
     }),
     usage: new UsageRecorder(options.storage, options.usageFlushInterval, app.log),
+    idempotencyReleaser: new IdempotencyReleaser(options.storage, app.log),
     throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle),
     logs
   }
@@ -67,11 +69,14 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     flushUsage: () => ctx.usage.flush()
   })
   // Fastify closes the server first, so in-flight requests have been counted
-  // by the time the counters are flushed; then the storage closes.
+  // by the time the counters are flushed (and Idempotency-Key claims waiting
+  // for release are tried a last time); then the storage closes.
   app.addHook('onClose', async () => {
+    const released = ctx.idempotencyReleaser.close()
     try {
       await ctx.usage.close()
     } finally {
+      await released
       if (options.closeStorage) await ctx.storage.close()
     }
   })

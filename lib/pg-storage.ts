@@ -7,6 +7,7 @@ import {
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch
 } from './storage.js'
+import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
 // on SQLite alone does not carry the driver (some 8 MB of memory).
@@ -86,14 +87,19 @@ const MIGRATIONS: string[] = [
      created_at timestamptz NOT NULL,
      PRIMARY KEY (endpoint_id, idempotency_key)
    );
-   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`
+   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
+  // The random token of the call that claimed the key: only it may release
+  // the claim. Records claimed before this migration have none.
+  'ALTER TABLE idempotency_keys ADD COLUMN claim_token text'
 ]
 
 // First key of the two-key advisory lock taken while migrating; the second is the schema's hash.
 const MIGRATION_LOCK = 0x46444521
 // Expired idempotency records are deleted at most this often per instance.
 const PURGE_INTERVAL_MS = 60_000
-const SCHEMA_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
+// The names that mean the same schema quoted (as here) and unquoted (as a DBA
+// types them; PostgreSQL folds those to lower case). pg_ is reserved by PostgreSQL.
+const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/
 
 interface KeyRow {
   id: string
@@ -206,7 +212,7 @@ export class PgStorage implements Storage {
   constructor (options: PgStorageOptions = {}) {
     const d = PG_STORAGE_DEFAULTS
     this.schema = options.schema ?? d.schema
-    if (!SCHEMA_NAME.test(this.schema)) throw new TypeError('PgStorage: option "schema" must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*)')
+    if (!SCHEMA_NAME.test(this.schema)) throw new TypeError('PgStorage: option "schema" must be 1 to 63 lower-case letters, digits or _, not starting with a digit or pg_')
     this.queryTimeout = positiveInteger('queryTimeout', options.queryTimeout ?? d.queryTimeout)
     if (options.pool !== undefined) {
       this.pool = options.pool
@@ -275,9 +281,10 @@ export class PgStorage implements Storage {
       assign: `INSERT INTO ${t('endpoint_keys')} (endpoint_id, key_id) SELECT $1, unnest($2::text[])`,
       deleteEndpoint: `DELETE FROM ${t('endpoints')} e WHERE ${locatorMatch}`,
       // A live record wins; an expired one (older than the ttl) is taken over.
-      claimIdempotency: `INSERT INTO ${t('idempotency_keys')} AS i (endpoint_id, idempotency_key, response, created_at)
-                         VALUES ($1, $2, NULL, now())
-                         ON CONFLICT (endpoint_id, idempotency_key) DO UPDATE SET response = NULL, created_at = now()
+      claimIdempotency: `INSERT INTO ${t('idempotency_keys')} AS i (endpoint_id, idempotency_key, response, created_at, claim_token)
+                         VALUES ($1, $2, NULL, now(), $4)
+                         ON CONFLICT (endpoint_id, idempotency_key) DO UPDATE
+                         SET response = NULL, created_at = now(), claim_token = EXCLUDED.claim_token
                           WHERE i.created_at < now() - $3::float8 * interval '1 millisecond'
                          RETURNING 1`,
       getIdempotency: `SELECT response FROM ${t('idempotency_keys')}
@@ -285,7 +292,7 @@ export class PgStorage implements Storage {
       purgeIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < now() - $1::float8 * interval '1 millisecond'`,
       completeIdempotency: `UPDATE ${t('idempotency_keys')} SET response = $3 WHERE endpoint_id = $1 AND idempotency_key = $2`,
       releaseIdempotency: `DELETE FROM ${t('idempotency_keys')}
-                            WHERE endpoint_id = $1 AND idempotency_key = $2 AND response IS NULL`
+                            WHERE endpoint_id = $1 AND idempotency_key = $2 AND claim_token = $3 AND response IS NULL`
     }
     // Named, so each connection parses and plans the per-request lookup once;
     // the schema is in the name because the text differs per schema.
@@ -392,27 +399,41 @@ export class PgStorage implements Storage {
         await this.query(client, this.sql.touchKeys, [ids, lastUsed.map(([, at]) => at)])
       }
       return session
-    }, async (session) => this.committedAfterAll(session))
+    }, async (session) => {
+      // COMMIT went unanswered. A retry would count the batch twice if it did
+      // commit, so it is retried only once the server says it did not.
+      const fate = await this.usageFate(session).catch(() => null)
+      if (fate === 'written' || fate === 'not written') return fate === 'written'
+      throw new UsageInDoubtError('PostgreSQL unavailable: the answer to COMMIT was lost; whether the usage counters were written is not known yet',
+        () => this.usageFate(session))
+    })
   }
 
   /**
-   * COMMIT was sent but its answer was lost. A retry of the batch would count
-   * it twice if the transaction did commit, so ask the server, on another
-   * connection, what became of it. False when that cannot be known.
+   * What became of a usage transaction whose COMMIT went unanswered, asked on
+   * another connection. Rejects while that cannot be told: the server is
+   * unreachable, or the transaction is still running.
    */
-  private async committedAfterAll (session: Session): Promise<boolean> {
-    try {
-      for (let attempt = 0; attempt < 20; attempt++) {
-        const { rows } = await this.query<{ status: string | null }>(this.pool, 'SELECT txid_status($1::bigint) AS status', [session.xid])
-        if (rows[0].status !== 'in progress') return rows[0].status === 'committed'
-        // The old session still holds the transaction open: end it, then look again.
-        await this.query(this.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                                      WHERE pid = $1 AND backend_xid::text = ($2::bigint % 4294967296)::text`,
-        [session.pid, session.xid])
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-    } catch {}
-    return false
+  private async usageFate (session: Session): Promise<UsageFate> {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const { rows } = await this.query<{ status: string | null }>(this.pool, 'SELECT txid_status($1::bigint) AS status', [session.xid])
+        .catch((err: unknown) => {
+          // "is in the future": this server never had the transaction (a
+          // failover to a replica behind the old primary), so its data lacks it.
+          if ((err as { code?: string }).code === '22023') return { rows: [{ status: 'aborted' }] }
+          throw err
+        })
+      const status = rows[0].status
+      // null: too old for the server to remember.
+      if (status !== 'in progress') return status === 'committed' ? 'written' : status === 'aborted' ? 'not written' : 'unknowable'
+      // Its session still holds it open, or is committing it: end that session,
+      // then look again. The xid must match too, should the pid have been reused.
+      await this.query(this.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                                    WHERE pid = $1 AND backend_xid::text = ($2::bigint % 4294967296)::text`,
+      [session.pid, session.xid])
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    throw new Error('PostgreSQL unavailable: a usage transaction is still in progress')
   }
 
   async listKeys (project: ProjectRef): Promise<ApiKeyRecord[]> {
@@ -506,7 +527,7 @@ export class PgStorage implements Storage {
     return (await this.run(this.sql.deleteEndpoint, locatorParams(locator))).rowCount === 1
   }
 
-  async claimIdempotencyKey (endpointId: string, key: string, ttlMs: number): Promise<IdempotencyClaim> {
+  async claimIdempotencyKey (endpointId: string, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim> {
     await this.migrate()
     if (Date.now() - this.lastPurge >= PURGE_INTERVAL_MS) {
       this.lastPurge = Date.now()
@@ -515,7 +536,7 @@ export class PgStorage implements Storage {
     // The insert decides alone, atomically, who owns the key. If the record
     // it met is gone (released or expired) by the time it is read, try again.
     for (;;) {
-      const claim = await this.query(this.pool, this.sql.claimIdempotency, [endpointId, key, ttlMs])
+      const claim = await this.query(this.pool, this.sql.claimIdempotency, [endpointId, key, ttlMs, token])
       if (claim.rowCount === 1) return { claimed: true }
       const { rows } = await this.query<{ response: string | null }>(this.pool, this.sql.getIdempotency, [endpointId, key, ttlMs])
       if (rows.length === 1) return { claimed: false, response: rows[0].response }
@@ -526,8 +547,8 @@ export class PgStorage implements Storage {
     await this.run(this.sql.completeIdempotency, [endpointId, key, response])
   }
 
-  async releaseIdempotencyKey (endpointId: string, key: string): Promise<void> {
-    await this.run(this.sql.releaseIdempotency, [endpointId, key])
+  async releaseIdempotencyKey (endpointId: string, key: string, token: string): Promise<boolean> {
+    return (await this.run(this.sql.releaseIdempotency, [endpointId, key, token])).rowCount === 1
   }
 
   /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */

@@ -215,7 +215,8 @@ export const PipelineResponses = {
   403: Refused,
   404: errorBody('`Not found` (a sequence that is not a positive integer) or `Pipeline not found`'),
   405: WrongMethod,
-  409: errorBody(`${quoted(IdempotencyInProgressError)}: another call with this key was still running after this one waited for it`),
+  409: errorBody(`${quoted(IdempotencyInProgressError)}: another call with this key had not stored its answer after this one ` +
+    'waited 10 s for it: it is still starting its run, or was cut off after claiming the key (held until `idempotencyTtl`)'),
   429: TooMany,
   500: errorBody('the server\'s message; check the job status before retrying')
 }

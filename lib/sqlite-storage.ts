@@ -53,7 +53,10 @@ const MIGRATIONS: string[] = [
      created_at INTEGER NOT NULL,
      PRIMARY KEY (endpoint_id, idempotency_key)
    );
-   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`
+   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
+  // The random token of the call that claimed the key: only it may release
+  // the claim. Records claimed before this migration have none.
+  'ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT'
 ]
 
 interface KeyRow {
@@ -166,13 +169,14 @@ export class SqliteStorage implements Storage {
       getIdempotency: db.prepare<[string, string], { response: string | null, created_at: number }>(
         'SELECT response, created_at FROM idempotency_keys WHERE endpoint_id = ? AND idempotency_key = ?'),
       expireIdempotency: db.prepare<[number]>('DELETE FROM idempotency_keys WHERE created_at < ?'),
-      claimIdempotency: db.prepare<[string, string, number]>(
-        `INSERT OR REPLACE INTO idempotency_keys (endpoint_id, idempotency_key, response, created_at)
-         VALUES (?, ?, NULL, ?)`),
+      claimIdempotency: db.prepare<[string, string, number, string]>(
+        `INSERT OR REPLACE INTO idempotency_keys (endpoint_id, idempotency_key, response, created_at, claim_token)
+         VALUES (?, ?, NULL, ?, ?)`),
       completeIdempotency: db.prepare<[string, string, string]>(
         'UPDATE idempotency_keys SET response = ? WHERE endpoint_id = ? AND idempotency_key = ?'),
-      releaseIdempotency: db.prepare<[string, string]>(
-        'DELETE FROM idempotency_keys WHERE endpoint_id = ? AND idempotency_key = ? AND response IS NULL')
+      releaseIdempotency: db.prepare<[string, string, string]>(
+        `DELETE FROM idempotency_keys
+          WHERE endpoint_id = ? AND idempotency_key = ? AND claim_token = ? AND response IS NULL`)
     }
   }
 
@@ -302,14 +306,14 @@ export class SqliteStorage implements Storage {
     return this.statements.deleteEndpoint.run(...locatorParams(locator)).changes === 1
   }
 
-  async claimIdempotencyKey (endpointId: string, key: string, ttlMs: number): Promise<IdempotencyClaim> {
+  async claimIdempotencyKey (endpointId: string, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim> {
     const s = this.statements
     return this.db.transaction((): IdempotencyClaim => {
       const now = Date.now()
       s.expireIdempotency.run(now - ttlMs)
       const existing = s.getIdempotency.get(endpointId, key)
       if (existing !== undefined) return { claimed: false, response: existing.response }
-      s.claimIdempotency.run(endpointId, key, now)
+      s.claimIdempotency.run(endpointId, key, now, token)
       return { claimed: true }
     }).immediate()
   }
@@ -318,8 +322,8 @@ export class SqliteStorage implements Storage {
     this.statements.completeIdempotency.run(response, endpointId, key)
   }
 
-  async releaseIdempotencyKey (endpointId: string, key: string): Promise<void> {
-    this.statements.releaseIdempotency.run(endpointId, key)
+  async releaseIdempotencyKey (endpointId: string, key: string, token: string): Promise<boolean> {
+    return this.statements.releaseIdempotency.run(endpointId, key, token).changes === 1
   }
 
   async close (): Promise<void> {

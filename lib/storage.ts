@@ -78,7 +78,7 @@ export type PutEndpointResult =
   | { ok: false, unknownKeyIds: string[] }
 
 export type IdempotencyClaim =
-  /** no live record existed: the caller owns the key and must complete or release it */
+  /** no live record existed: the record now carries the caller's token; complete or release it */
   | { claimed: true }
   /** another call holds the key; `response` is its stored body, or null while it runs */
   | { claimed: false, response: string | null }
@@ -121,13 +121,20 @@ export interface Storage {
 
   /**
    * Claims `key` on an endpoint. A record older than `ttlMs` counts as absent.
-   * Two concurrent claims of the same key: exactly one gets `claimed: true`.
+   * Two concurrent claims of the same key: exactly one gets `claimed: true`,
+   * and the record it writes keeps `token`, a random id the caller made for
+   * this call, so that the caller can release it without knowing the answer.
    */
-  claimIdempotencyKey (endpointId: string, key: string, ttlMs: number): Promise<IdempotencyClaim>
+  claimIdempotencyKey (endpointId: string, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim>
   /** Stores the response body of a claimed key. */
   completeIdempotencyKey (endpointId: string, key: string, response: string): Promise<void>
-  /** Gives up a claimed key whose call failed, so that a retry may run. */
-  releaseIdempotencyKey (endpointId: string, key: string): Promise<void>
+  /**
+   * Deletes the record of `key` only if `token` claimed it and it has no
+   * response; true when it did. The plugin calls it when a run did not start,
+   * and also when the claim call itself failed, not knowing whether the claim
+   * was written: it must never touch a record another token claimed.
+   */
+  releaseIdempotencyKey (endpointId: string, key: string, token: string): Promise<boolean>
 
   close (): Promise<void>
 }

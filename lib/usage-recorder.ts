@@ -1,13 +1,29 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Storage, UsageBatch } from './storage.js'
+import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
+
+interface InDoubt { batch: UsageBatch, fate: () => Promise<UsageFate> }
+
+function emptyBatch (): UsageBatch {
+  return { calls: new Map(), lastUsed: new Map() }
+}
+
+function callsIn (batch: UsageBatch): number {
+  let n = 0
+  for (const c of batch.calls.values()) n += c
+  return n
+}
 
 /**
  * Gathers `calls` increments and key last-used times in memory and writes them
  * in one transaction per interval, so a request costs no write. A failed write
  * is merged back and retried at the next flush; `close` flushes what is left.
+ * A write whose outcome is unknown (UsageInDoubtError) is kept aside, and
+ * nothing more is written until storage tells whether it took effect.
  */
 export class UsageRecorder {
-  private batch: UsageBatch = { calls: new Map(), lastUsed: new Map() }
+  private batch: UsageBatch = emptyBatch()
+  private inDoubt: InDoubt | null = null
   private flushing: Promise<void> | null = null
   private readonly timer: NodeJS.Timeout
 
@@ -28,24 +44,55 @@ export class UsageRecorder {
 
   /** Number of increments not yet written. */
   get pendingCalls (): number {
-    let n = 0
-    for (const c of this.batch.calls.values()) n += c
-    return n
+    return callsIn(this.batch)
   }
 
-  /** Writes everything gathered so far. Rejects (after merging back) if storage fails. */
+  /** Number of increments whose write may or may not have taken effect. */
+  get inDoubtCalls (): number {
+    return this.inDoubt === null ? 0 : callsIn(this.inDoubt.batch)
+  }
+
+  /** Writes everything gathered so far. Rejects if storage fails; what was not written is kept for the next flush. */
   async flush (): Promise<void> {
     // One write at a time; a flush asked for during a write runs after it.
     while (this.flushing !== null) await this.flushing.catch(() => {})
+    if (this.inDoubt === null && this.batch.calls.size === 0 && this.batch.lastUsed.size === 0) return
+    this.flushing = this.write().finally(() => { this.flushing = null })
+    return this.flushing
+  }
+
+  private async write (): Promise<void> {
+    if (this.inDoubt !== null) await this.settle(this.inDoubt)
     if (this.batch.calls.size === 0 && this.batch.lastUsed.size === 0) return
     const batch = this.batch
-    this.batch = { calls: new Map(), lastUsed: new Map() }
-    this.flushing = this.storage.applyUsage(batch).catch((err: unknown) => {
-      this.mergeBack(batch)
-      this.log.error({ err }, 'fastify-data-endpoints: usage counters not written, will retry')
+    this.batch = emptyBatch()
+    try {
+      await this.storage.applyUsage(batch)
+    } catch (err) {
+      if (err instanceof UsageInDoubtError) {
+        this.inDoubt = { batch, fate: err.fate }
+        this.log.error({ err }, 'fastify-data-endpoints: usage counters perhaps not written, will find out before retrying')
+      } else {
+        this.mergeBack(batch)
+        this.log.error({ err }, 'fastify-data-endpoints: usage counters not written, will retry')
+      }
       throw err
-    }).finally(() => { this.flushing = null })
-    return this.flushing
+    }
+  }
+
+  /** Learns what became of the batch in doubt; rejects, keeping it, while that cannot be known. */
+  private async settle (inDoubt: InDoubt): Promise<void> {
+    let fate: UsageFate
+    try {
+      fate = await inDoubt.fate()
+    } catch (err) {
+      this.log.error({ err, inDoubtCalls: callsIn(inDoubt.batch) }, 'fastify-data-endpoints: whether usage counters were written is not known yet, will ask again')
+      throw err
+    }
+    this.inDoubt = null
+    if (fate === 'not written') this.mergeBack(inDoubt.batch)
+    // Writing it again could count it twice: better a loss that is logged.
+    if (fate === 'unknowable') this.log.error({ lostCalls: callsIn(inDoubt.batch) }, 'fastify-data-endpoints: usage counters whose write cannot be confirmed are not written again')
   }
 
   private mergeBack (failed: UsageBatch): void {
@@ -65,7 +112,7 @@ export class UsageRecorder {
         return
       } catch (err) {
         if (attempt >= attempts) {
-          this.log.error({ lostCalls: this.pendingCalls }, 'fastify-data-endpoints: usage counters lost at close')
+          this.log.error({ lostCalls: this.pendingCalls, inDoubtCalls: this.inDoubtCalls }, 'fastify-data-endpoints: usage counters lost at close')
           throw err
         }
         await new Promise((resolve) => setTimeout(resolve, retryDelayMs * attempt))

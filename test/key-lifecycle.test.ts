@@ -175,6 +175,98 @@ t.test('Idempotency-Key: a failed start can be retried with the same key', async
   t.equal(jobs.starts, 1)
 })
 
+// Regression: a claim written but whose answer was lost stayed "in progress"
+// for idempotencyTtl though nothing ran: every retry waited 10 s for a 409.
+t.test('Idempotency-Key: a claim whose answer was lost is released, so a retry runs', async (t) => {
+  const { app, jobs, storage } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'pipeline', [k.id])
+  const claim = storage.claimIdempotencyKey.bind(storage)
+  let loseNext = true
+  storage.claimIdempotencyKey = async (...args) => {
+    const answer = await claim(...args)
+    if (loseNext) { loseNext = false; throw new Error('connection lost') }
+    return answer
+  }
+  const headers = { authorization: `Bearer ${k.key}`, 'idempotency-key': 'order-42' }
+  const lost = await app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  t.same([lost.statusCode, lost.json()], [500, { message: 'connection lost' }])
+  t.equal(jobs.starts, 0, 'nothing started')
+  const started = Date.now()
+  const retried = await app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  t.equal(retried.statusCode, 200)
+  t.equal(retried.headers['idempotent-replayed'], undefined, 'the retry really ran')
+  t.ok(Date.now() - started < 1000, 'without waiting for the lost claim')
+  t.equal(jobs.starts, 1)
+})
+
+t.test('Idempotency-Key: a failed claim never frees the claim of a call that is starting its run', async (t) => {
+  const { app, jobs, storage } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'pipeline', [k.id])
+  let openGate = (): void => {}
+  const gate = new Promise<void>((resolve) => { openGate = resolve })
+  const getPipeline = jobs.getPipeline.bind(jobs)
+  jobs.getPipeline = async (ref) => {
+    const pipeline = await getPipeline(ref)
+    return pipeline && { name: pipeline.name, start: async (jobId) => { await gate; await pipeline.start(jobId) } }
+  }
+  const claim = storage.claimIdempotencyKey.bind(storage)
+  let claims = 0
+  let firstClaimed = (): void => {}
+  const claimed = new Promise<void>((resolve) => { firstClaimed = resolve })
+  storage.claimIdempotencyKey = async (...args) => {
+    const n = ++claims
+    const answer = await claim(...args)
+    if (n === 1) firstClaimed()
+    if (n === 2) throw new Error('connection lost')
+    return answer
+  }
+  const headers = { authorization: `Bearer ${k.key}`, 'idempotency-key': 'shared' }
+  const first = app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  await claimed
+  const failed = await app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  t.same([failed.statusCode, failed.json()], [500, { message: 'connection lost' }], 'this call\'s claim met the first one\'s and failed')
+  const third = app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  openGate()
+  const [a, c] = await Promise.all([first, third])
+  t.equal(a.statusCode, 200)
+  t.same([c.statusCode, c.headers['idempotent-replayed'], c.body], [200, 'true', a.body], 'the third call waited and got the first one\'s body')
+  t.equal(jobs.starts, 1, 'one run')
+})
+
+t.test('Idempotency-Key: a release that fails is retried in the background; the start\'s error is answered', async (t) => {
+  const { app, jobs, storage } = await buildApp(t)
+  const k = await createKey(app)
+  await assignKeys(app, 'pipeline', [k.id])
+  const getPipeline = jobs.getPipeline.bind(jobs)
+  let failStart = true
+  jobs.getPipeline = async (ref) => {
+    const pipeline = await getPipeline(ref)
+    return pipeline && {
+      name: pipeline.name,
+      start: async (jobId) => {
+        if (failStart) { failStart = false; throw new Error('scheduler unavailable') }
+        await pipeline.start(jobId)
+      }
+    }
+  }
+  const release = storage.releaseIdempotencyKey.bind(storage)
+  let releaseFails = true
+  storage.releaseIdempotencyKey = async (...args) => {
+    if (releaseFails) { releaseFails = false; throw new Error('database away') }
+    return release(...args)
+  }
+  const headers = { authorization: `Bearer ${k.key}`, 'idempotency-key': 'retry-me' }
+  const failed = await app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  t.same([failed.statusCode, failed.json()], [500, { message: 'scheduler unavailable' }])
+  const retried = await app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+  t.equal(retried.statusCode, 200, 'the retry waits for the background release, then runs')
+  t.equal(retried.headers['idempotent-replayed'], undefined)
+  t.equal(jobs.starts, 1)
+})
+
 t.test('Idempotency-Key: records expire after idempotencyTtl', async (t) => {
   const { app, jobs } = await buildApp(t, { idempotencyTtl: 50 })
   const k = await createKey(app)

@@ -1,4 +1,6 @@
+import { Writable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyServerOptions } from 'fastify'
 import t, { type Test } from 'tap'
 import type { DataEndpointsOptions } from '../lib/index.js'
 import { PgStorage } from '../lib/pg-storage.js'
@@ -23,7 +25,8 @@ interface Setup extends TestApp {
   schema: string
 }
 
-async function behindProxy (t: Test, options: Partial<DataEndpointsOptions> = {}, queryTimeout = QUERY_TIMEOUT): Promise<Setup> {
+async function behindProxy (t: Test, options: Partial<DataEndpointsOptions> = {}, queryTimeout = QUERY_TIMEOUT,
+  fastifyOptions: FastifyServerOptions = {}): Promise<Setup> {
   const target = new URL(url as string)
   const proxy = await TcpProxy.start({ host: target.hostname, port: Number(target.port || 5432) })
   t.teardown(() => proxy.close())
@@ -31,7 +34,7 @@ async function behindProxy (t: Test, options: Partial<DataEndpointsOptions> = {}
   const storage = new PgStorage({
     connectionString: proxy.urlFor(url as string), schema, poolSize: 4, queryTimeout, connectionTimeout: CONNECTION_TIMEOUT
   })
-  const app = await buildApp(t, { storage, usageFlushInterval: 3_600_000, ...options })
+  const app = await buildApp(t, { storage, usageFlushInterval: 3_600_000, ...options }, fastifyOptions)
   return { ...app, proxy, schema }
 }
 
@@ -181,5 +184,133 @@ if (url !== null) {
     await setup.app.dataEndpoints.flushUsage()
     await sleep(1500)
     t.equal(await storedCalls(t, setup.schema), 4, 'the late COMMIT changed nothing: the increments are in, once')
+  })
+
+  // Regression: when the answer to a flush's COMMIT was lost and the database
+  // then stayed away longer than queryTimeout, the server could not be asked
+  // whether it had committed, and the batch was written again: calls doubled.
+  t.test('a flush whose COMMIT answer is lost, the database then away, is not counted twice', async (t) => {
+    const setup = await behindProxy(t)
+    const key = await createKey(setup.app)
+    await assignKeys(setup.app, 'dataset', [key.id])
+    for (let i = 0; i < 4; i++) await download(t, setup, key)
+
+    // The server gets the COMMIT and commits; its answer never arrives, and nothing gets through after it.
+    setup.proxy.loseAnswerTo('COMMIT')
+    setup.proxy.cutAfter('COMMIT')
+    await t.rejects(setup.app.dataEndpoints.flushUsage(), 'the flush cannot learn whether it committed')
+    await t.rejects(setup.app.dataEndpoints.flushUsage(), 'nor can the next one while the database is away')
+    setup.proxy.restore()
+    for (let i = 0; i < 2; i++) await download(t, setup, key)
+    await setup.app.dataEndpoints.flushUsage()
+    t.equal(await storedCalls(t, setup.schema), 6, 'the first four once, the two later ones too')
+  })
+
+  t.test('a flush in doubt that turns out not committed is written once it is known', async (t) => {
+    // The COMMIT is held on the way past the time-out, and the database is
+    // away when the flush asks what became of it; by then the transaction is
+    // ended, by the server or by PgStorage, so it never commits.
+    const setup = await behindProxy(t)
+    const key = await createKey(setup.app)
+    await assignKeys(setup.app, 'dataset', [key.id])
+    for (let i = 0; i < 4; i++) await download(t, setup, key)
+
+    setup.proxy.delayFrom('COMMIT', 1500)
+    setup.proxy.cutAfter('COMMIT')
+    await t.rejects(setup.app.dataEndpoints.flushUsage(), { message: /whether the usage counters were written is not known yet/ },
+      'the flush cannot learn whether it committed')
+    setup.proxy.restore()
+    await setup.app.dataEndpoints.flushUsage()
+    await sleep(1500)
+    t.equal(await storedCalls(t, setup.schema), 4, 'written once, after the server said the first try had not committed')
+  })
+
+  t.test('a graceful close while a flush is in doubt waits to know, and never counts it twice', async (t) => {
+    const setup = await behindProxy(t)
+    const key = await createKey(setup.app)
+    await assignKeys(setup.app, 'dataset', [key.id])
+    for (let i = 0; i < 3; i++) await download(t, setup, key)
+
+    setup.proxy.loseAnswerTo('COMMIT')
+    setup.proxy.cutAfter('COMMIT')
+    await t.rejects(setup.app.dataEndpoints.flushUsage(), 'in doubt')
+    setTimeout(() => setup.proxy.restore(), 500)
+    await setup.app.close()
+    t.equal(await storedCalls(t, setup.schema), 3)
+  })
+
+  t.test('a close that gives up on a flush in doubt logs the calls it could not account for', async (t) => {
+    const lines: Array<Record<string, unknown>> = []
+    const stream = new Writable({ write (chunk, _encoding, done) { lines.push(JSON.parse(String(chunk))); done() } })
+    const setup = await behindProxy(t, {}, QUERY_TIMEOUT, { logger: { level: 'error', stream } })
+    const key = await createKey(setup.app)
+    await assignKeys(setup.app, 'dataset', [key.id])
+    for (let i = 0; i < 3; i++) await download(t, setup, key)
+
+    setup.proxy.loseAnswerTo('COMMIT')
+    setup.proxy.cutAfter('COMMIT')
+    await t.rejects(setup.app.dataEndpoints.flushUsage(), 'in doubt')
+    await t.rejects(setup.app.close(), 'the close gives up while the database is away')
+    t.match(lines.find((l) => l.msg === 'fastify-data-endpoints: usage counters lost at close'), { lostCalls: 0, inDoubtCalls: 3 },
+      'the log says how many calls may be missing')
+    setup.proxy.restore()
+    t.equal(await storedCalls(t, setup.schema), 3, 'they had committed, and were not written again')
+  })
+}
+
+if (url !== null) {
+  // Regression: the claim of an Idempotency-Key was written but its answer
+  // lost. Nothing ran, yet every retry with the key waited 10 s for a 409
+  // until idempotencyTtl passed.
+  const CLAIM = 'ON CONFLICT (endpoint_id, idempotency_key)'
+
+  async function pipelineSetup (t: Test): Promise<Setup & { headers: Record<string, string> }> {
+    const setup = await behindProxy(t)
+    const key = await createKey(setup.app)
+    await assignKeys(setup.app, 'pipeline', [key.id])
+    return { ...setup, headers: { authorization: `Bearer ${key.key}`, 'idempotency-key': 'order-42' } }
+  }
+
+  t.test('an Idempotency-Key claim whose answer is lost is released: a retry runs, once', async (t) => {
+    const { app, proxy, jobs, headers } = await pipelineSetup(t)
+    const post = async () => app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+    proxy.loseAnswerTo(CLAIM)
+    const lost = await post()
+    t.same([lost.statusCode, lost.json()], [500, { message: 'PostgreSQL unavailable: Query read timeout' }])
+    t.equal(jobs.starts, 0, 'nothing started')
+
+    const started = Date.now()
+    const retry = await post()
+    const took = Date.now() - started
+    t.equal(retry.statusCode, 200, 'the retry runs')
+    t.ok(took < BOUND_MS, `at once, not after the 10 s wait for a 409 (${took} ms)`)
+    t.equal(retry.headers['idempotent-replayed'], undefined)
+    const again = await post()
+    t.same([again.statusCode, again.headers['idempotent-replayed'], again.body], [200, 'true', retry.body], 'later calls replay it')
+    t.equal(jobs.starts, 1, 'one run')
+  })
+
+  t.test('a lost Idempotency-Key claim that cannot be released at once is released when the database returns', async (t) => {
+    const { app, proxy, jobs, headers, schema } = await pipelineSetup(t)
+    const post = async () => app.inject({ method: 'POST', url: PIPELINE_URL, headers })
+    const direct = new PgStorage({ connectionString: url as string, schema })
+    t.teardown(() => direct.close())
+    const held = async (): Promise<number> => (await direct.pool.query(
+      `SELECT 1 FROM "${schema}".idempotency_keys WHERE idempotency_key = 'order-42' AND response IS NULL`)).rowCount ?? 0
+
+    proxy.loseAnswerTo(CLAIM)
+    const pending = post()
+    for (let i = 0; i < 200 && await held() === 0; i++) await sleep(10)
+    proxy.cut()
+    const lost = await pending
+    t.equal(lost.statusCode, 500)
+    t.match(lost.json().message, /^PostgreSQL unavailable: /)
+    t.equal(await held(), 1, 'the claim was written, and could not be released while the database was away')
+
+    proxy.restore()
+    const retry = await post()
+    t.equal(retry.statusCode, 200, 'a retry runs once the claim is released in the background')
+    t.equal(retry.headers['idempotent-replayed'], undefined)
+    t.equal(jobs.starts, 1, 'one run')
   })
 }

@@ -444,55 +444,86 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const s = await store(t)
       const endpoint = randomUUID()
       const ttl = 60_000
+      const [one, two, three, four] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()]
 
-      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl), { claimed: true }, 'the first claim owns the key')
-      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl), { claimed: false, response: null }, 'a second one waits: no body yet')
-      t.same(await s.claimIdempotencyKey(randomUUID(), 'k1', ttl), { claimed: true }, 'the same key on another endpoint is another record')
-      t.same(await s.claimIdempotencyKey(endpoint, 'K1', ttl), { claimed: true }, 'keys are case-sensitive')
+      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl, one), { claimed: true }, 'the first claim owns the key')
+      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl, two), { claimed: false, response: null }, 'a second one waits: no body yet')
+      t.same(await s.claimIdempotencyKey(randomUUID(), 'k1', ttl, three), { claimed: true }, 'the same key on another endpoint is another record')
+      t.same(await s.claimIdempotencyKey(endpoint, 'K1', ttl, four), { claimed: true }, 'keys are case-sensitive')
 
       await s.completeIdempotencyKey(endpoint, 'k1', '{"job_id":"1"}')
-      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl), { claimed: false, response: '{"job_id":"1"}' }, 'the stored body')
-      await s.releaseIdempotencyKey(endpoint, 'k1')
-      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl), { claimed: false, response: '{"job_id":"1"}' },
-        'release does not remove a completed record')
+      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl, two), { claimed: false, response: '{"job_id":"1"}' }, 'the stored body')
+      t.equal(await s.releaseIdempotencyKey(endpoint, 'k1', one), false, 'release does not remove a completed record')
+      t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl, two), { claimed: false, response: '{"job_id":"1"}' }, 'it is still there')
 
-      t.same(await s.claimIdempotencyKey(endpoint, 'k2', ttl), { claimed: true })
-      await s.releaseIdempotencyKey(endpoint, 'k2')
-      t.same(await s.claimIdempotencyKey(endpoint, 'k2', ttl), { claimed: true }, 'a released key can be claimed again')
-      await s.releaseIdempotencyKey(endpoint, 'never-claimed')
+      const five = randomUUID()
+      t.same(await s.claimIdempotencyKey(endpoint, 'k2', ttl, five), { claimed: true })
+      t.equal(await s.releaseIdempotencyKey(endpoint, 'k2', five), true, 'the claim\'s token releases it')
+      t.same(await s.claimIdempotencyKey(endpoint, 'k2', ttl, randomUUID()), { claimed: true }, 'a released key can be claimed again')
+      t.equal(await s.releaseIdempotencyKey(endpoint, 'never-claimed', randomUUID()), false, 'releasing nothing is fine')
+    })
+
+    // The plugin releases with its token after a claim call failed, not knowing
+    // whether the claim was written: the token alone decides what goes.
+    t.test('idempotency: release frees only the claim its token made', async (t) => {
+      const [a, b] = await twoStores(t)
+      const endpoint = randomUUID()
+      const ttl = 60_000
+      const [mine, theirs] = [randomUUID(), randomUUID()]
+
+      t.same(await a.claimIdempotencyKey(endpoint, 'k', ttl, mine), { claimed: true })
+      t.equal(await b.releaseIdempotencyKey(endpoint, 'k', theirs), false, 'another token releases nothing')
+      t.same(await b.claimIdempotencyKey(endpoint, 'k', ttl, theirs), { claimed: false, response: null }, 'a claim that lost owns nothing')
+      t.equal(await b.releaseIdempotencyKey(endpoint, 'k', theirs), false, 'so its token still releases nothing')
+      t.equal(await b.releaseIdempotencyKey(endpoint, 'other', mine), false, 'a token is good for its own key only')
+      t.equal(await b.releaseIdempotencyKey(randomUUID(), 'k', mine), false, 'and its own endpoint only')
+      t.same(await b.claimIdempotencyKey(endpoint, 'k', ttl, theirs), { claimed: false, response: null }, 'the claim is still held')
+
+      t.equal(await b.releaseIdempotencyKey(endpoint, 'k', mine), true, 'its own token releases it, through any handle')
+      t.equal(await a.releaseIdempotencyKey(endpoint, 'k', mine), false, 'once')
+      t.same(await b.claimIdempotencyKey(endpoint, 'k', ttl, theirs), { claimed: true }, 'the key is free again')
+      t.equal(await a.releaseIdempotencyKey(endpoint, 'k', mine), false, 'the old token does not release the new claim')
+      await b.completeIdempotencyKey(endpoint, 'k', 'body')
+      t.equal(await a.releaseIdempotencyKey(endpoint, 'k', theirs), false, 'nor its own token, once completed')
+      t.same(await a.claimIdempotencyKey(endpoint, 'k', ttl, mine), { claimed: false, response: 'body' })
     })
 
     t.test('idempotency: a record older than the ttl counts as absent', async (t) => {
       const s = await store(t)
       const endpoint = randomUUID()
-      t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000), { claimed: true })
-      t.same(await s.claimIdempotencyKey(endpoint, 'done', 60_000), { claimed: true })
+      const [first, second, third] = [randomUUID(), randomUUID(), randomUUID()]
+      t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000, first), { claimed: true })
+      t.same(await s.claimIdempotencyKey(endpoint, 'done', 60_000, randomUUID()), { claimed: true })
       await s.completeIdempotencyKey(endpoint, 'done', 'old body')
       await sleep(50)
 
-      t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000), { claimed: false, response: null }, 'young enough for a long ttl')
-      t.same(await s.claimIdempotencyKey(endpoint, 'running', 10), { claimed: true }, 'expired for a 10 ms ttl: claimed anew')
-      t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000), { claimed: false, response: null }, 'the new claim is live')
-      t.same(await s.claimIdempotencyKey(endpoint, 'done', 10), { claimed: true }, 'an expired completed record is replaced')
-      t.same(await s.claimIdempotencyKey(endpoint, 'done', 60_000), { claimed: false, response: null }, 'its old body is gone')
+      t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000, second), { claimed: false, response: null }, 'young enough for a long ttl')
+      t.same(await s.claimIdempotencyKey(endpoint, 'running', 10, second), { claimed: true }, 'expired for a 10 ms ttl: claimed anew')
+      t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000, third), { claimed: false, response: null }, 'the new claim is live')
+      t.equal(await s.releaseIdempotencyKey(endpoint, 'running', first), false, 'the expired claim\'s token does not release the new one')
+      t.same(await s.claimIdempotencyKey(endpoint, 'done', 10, randomUUID()), { claimed: true }, 'an expired completed record is replaced')
+      t.same(await s.claimIdempotencyKey(endpoint, 'done', 60_000, third), { claimed: false, response: null }, 'its old body is gone')
     })
 
     t.test('idempotency: of concurrent claims of one key, exactly one wins', async (t) => {
       const [a, b] = await twoStores(t)
       for (let round = 0; round < 5; round++) {
         const endpoint = randomUUID()
-        const claims = await Promise.all(Array.from({ length: 16 }, (_, i) =>
-          (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, `key-${round}`, 60_000)))
+        const tokens = Array.from({ length: 16 }, () => randomUUID())
+        const claims = await Promise.all(tokens.map(async (token, i) =>
+          (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, `key-${round}`, 60_000, token)))
         t.equal(claims.filter((c) => c.claimed).length, 1, `round ${round}: one winner`)
         t.same(claims.filter((c) => !c.claimed), Array(15).fill({ claimed: false, response: null }), 'the others wait')
+        const released = await Promise.all(tokens.map(async (token) => a.releaseIdempotencyKey(endpoint, `key-${round}`, token)))
+        t.same(released, claims.map((c) => c.claimed), 'only the winner\'s token releases')
       }
       // An expired record: again one winner among the handles. (The ttl must
       // outlast the spread of the claims, or a late one rightly wins anew.)
       const endpoint = randomUUID()
-      await a.claimIdempotencyKey(endpoint, 'old', 60_000)
+      await a.claimIdempotencyKey(endpoint, 'old', 60_000, randomUUID())
       await sleep(600)
-      const claims = await Promise.all(Array.from({ length: 16 }, (_, i) =>
-        (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, 'old', 300)))
+      const claims = await Promise.all(Array.from({ length: 16 }, async (_, i) =>
+        (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, 'old', 300, randomUUID())))
       t.equal(claims.filter((c) => c.claimed).length, 1, 'one winner takes over an expired record')
     })
 

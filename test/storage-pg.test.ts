@@ -25,6 +25,18 @@ if (url !== null) {
   const project = { organization: 'acme', project: 'shop' }
   const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
 
+  t.test('a usage transaction this server never had (a failover to a replica behind) counts as not written', async (t) => {
+    const { schema: own, client } = await freshSchema(t, url)
+    const storage = new PgStorage({ connectionString: url, schema: own })
+    t.teardown(() => storage.close())
+    await storage.migrate()
+    const { rows } = await client.query<{ xid: string }>('SELECT (txid_current() + 1000000)::text AS xid')
+    // The question PgStorage asks after a COMMIT went unanswered.
+    const fate = await (storage as unknown as { usageFate: (s: { xid: string, pid: number }) => Promise<string> })
+      .usageFate({ xid: rows[0].xid, pid: 0 })
+    t.equal(fate, 'not written')
+  })
+
   t.test('migrations are versioned; a new instance on the same schema applies nothing again', async (t) => {
     const { schema: own, client: admin } = await freshSchema(t, url)
     const first = new PgStorage({ connectionString: url, schema: own })
@@ -41,6 +53,25 @@ if (url !== null) {
     await second.migrate()
     t.same((await admin.query(query)).rows, applied, 'same rows, same times: nothing re-applied')
     t.same((await second.listKeys(project)).map((k) => k.purpose), ['kept'], 'data kept')
+  })
+
+  t.test('a schema from before claim tokens is migrated: its claims stay held, new ones carry tokens', async (t) => {
+    const { schema: own, client: admin } = await freshSchema(t, url)
+    const first = new PgStorage({ connectionString: url, schema: own })
+    await first.migrate()
+    await first.close()
+    // The schema as the previous version left it: migration 2 (claim_token) not yet applied, one key held.
+    await admin.query(`ALTER TABLE "${own}".idempotency_keys DROP COLUMN claim_token;
+                       DELETE FROM "${own}".schema_migrations WHERE version = 2;
+                       INSERT INTO "${own}".idempotency_keys VALUES ('e', 'held', NULL, now())`)
+
+    const s = new PgStorage({ connectionString: url, schema: own })
+    t.teardown(() => s.close())
+    t.same(await s.claimIdempotencyKey('e', 'held', 60_000, 'new'), { claimed: false, response: null }, 'the old claim is still held')
+    t.same((await admin.query(`SELECT version FROM "${own}".schema_migrations WHERE version = 2`)).rows, [{ version: 2 }], 'migration 2 applied')
+    t.equal(await s.releaseIdempotencyKey('e', 'held', 'new'), false, 'and no token releases it')
+    t.same(await s.claimIdempotencyKey('e', 'fresh', 60_000, 'new'), { claimed: true })
+    t.equal(await s.releaseIdempotencyKey('e', 'fresh', 'new'), true, 'a new claim is released by its token')
   })
 
   t.test('instances starting at once on a missing schema create it and apply each migration exactly once', async (t) => {
@@ -206,6 +237,15 @@ if (url !== null) {
     await plain.close()
     t.throws(() => new PgStorage({ schema: 'bad-name' }), { message: /option "schema"/ })
     t.throws(() => new PgStorage({ schema: 'x"; DROP TABLE y; --' }), { message: /option "schema"/ })
+    // Regression: audit_multi_Mixed made a second, case-sensitive schema beside
+    // the audit_multi_mixed a DBA had made unquoted; pg_audit passed, then
+    // every request answered 500 "unacceptable schema name".
+    for (const schema of ['audit_multi_Mixed', 'Data', 'pg_audit', '1st', 'x'.repeat(64), 'donnée', '']) {
+      t.throws(() => new PgStorage({ schema }), { message: /^PgStorage: option "schema" must be/ }, `"${schema}" refused`)
+    }
+    for (const schema of ['audit_multi_mixed', '_x', 'x1', 'pg', 'x'.repeat(63)]) {
+      t.doesNotThrow(() => { new PgStorage({ schema, connectionString: url }).close().catch(() => {}) }, `"${schema}" accepted`)
+    }
     t.throws(() => new PgStorage({ queryTimeout: 0 }), { message: /option "queryTimeout"/ })
     t.throws(() => new PgStorage({ poolSize: 1.5 }), { message: /option "poolSize"/ })
     t.throws(() => new PgStorage({ connectionTimeout: -1 }), { message: /option "connectionTimeout"/ })

@@ -30,6 +30,24 @@ t.test('migrations are versioned; re-opening a file does not apply them again', 
   t.same(await again.getKey({ organization: 'o', project: 'p' }, key.id), key, 'data survives the re-open')
 })
 
+t.test('a file from before claim tokens is migrated: its claims stay held, new ones carry tokens', async (t) => {
+  const file = join(dir, 'before-tokens.db')
+  // A file as the previous version left it: migration 2 (claim_token) not yet applied, one key held.
+  const old = new SqliteStorage({ filename: file })
+  old.db.exec(`ALTER TABLE idempotency_keys DROP COLUMN claim_token;
+               DELETE FROM schema_migrations WHERE version = 2;
+               INSERT INTO idempotency_keys (endpoint_id, idempotency_key, response, created_at) VALUES ('e', 'held', NULL, ${Date.now()})`)
+  await old.close()
+
+  const s = new SqliteStorage({ filename: file })
+  t.teardown(() => s.close())
+  t.same(s.db.prepare('SELECT version FROM schema_migrations WHERE version = 2').all(), [{ version: 2 }], 'migration 2 applied')
+  t.same(await s.claimIdempotencyKey('e', 'held', 60_000, 'new'), { claimed: false, response: null }, 'the old claim is still held')
+  t.equal(await s.releaseIdempotencyKey('e', 'held', 'new'), false, 'and no token releases it')
+  t.same(await s.claimIdempotencyKey('e', 'fresh', 60_000, 'new'), { claimed: true })
+  t.equal(await s.releaseIdempotencyKey('e', 'fresh', 'new'), true, 'a new claim is released by its token')
+})
+
 t.test('two SqliteStorage handles on one file share keys, endpoints, counters and claims', async (t) => {
   const file = join(dir, 'two.db')
   const a = new SqliteStorage({ filename: file })
@@ -47,8 +65,8 @@ t.test('two SqliteStorage handles on one file share keys, endpoints, counters an
   t.equal((await a.getEndpoint(locator))?.calls, 5)
   await b.updateKey(project, key.id, { isActive: false })
   t.equal((await a.findEndpointKey(locator, 'BBBBBBBBBB'))?.key?.isActive, false, 'a disable through b is seen by a')
-  t.same(await a.claimIdempotencyKey(endpointId, 'k', 60_000), { claimed: true })
-  t.same(await b.claimIdempotencyKey(endpointId, 'k', 60_000), { claimed: false, response: null })
+  t.same(await a.claimIdempotencyKey(endpointId, 'k', 60_000, 'token-a'), { claimed: true })
+  t.same(await b.claimIdempotencyKey(endpointId, 'k', 60_000, 'token-b'), { claimed: false, response: null })
 })
 
 t.test('a write blocked by another handle\'s lock fails after busyTimeout instead of hanging', async (t) => {
@@ -58,8 +76,8 @@ t.test('a write blocked by another handle\'s lock fails after busyTimeout instea
   t.teardown(async () => { await a.close(); await b.close() })
   a.db.exec('BEGIN IMMEDIATE')
   const started = Date.now()
-  await t.rejects(b.claimIdempotencyKey('e', 'k', 60_000), { code: 'SQLITE_BUSY' }, 'refused after the busy timeout, not hung')
+  await t.rejects(b.claimIdempotencyKey('e', 'k', 60_000, 'token'), { code: 'SQLITE_BUSY' }, 'refused after the busy timeout, not hung')
   t.ok(Date.now() - started < 2000)
   a.db.exec('COMMIT')
-  t.same(await b.claimIdempotencyKey('e', 'k', 60_000), { claimed: true }, 'works once the lock is gone')
+  t.same(await b.claimIdempotencyKey('e', 'k', 60_000, 'token'), { claimed: true }, 'works once the lock is gone')
 })

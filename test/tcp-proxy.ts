@@ -21,6 +21,7 @@ export class TcpProxy {
   private mode: 'open' | 'down' | 'slow' = 'open'
   private loseAfter: Buffer | null = null
   private delayAfter: { marker: Buffer, ms: number } | null = null
+  private cutAfterMarker: Buffer | null = null
 
   private constructor (private readonly server: net.Server, private readonly target: { host: string, port: number }) {
     server.on('connection', (client) => this.accept(client))
@@ -81,6 +82,15 @@ export class TcpProxy {
     this.delayAfter = { marker: Buffer.from(marker), ms }
   }
 
+  /**
+   * The next time a client sends `marker`, the message goes on (or is
+   * delayed or its answer lost, as set above), then the database becomes
+   * unreachable, as with cut(), for every other connection and new ones.
+   */
+  cutAfter (marker: string): void {
+    this.cutAfterMarker = Buffer.from(marker)
+  }
+
   get connections (): number {
     return this.pairs.size
   }
@@ -106,6 +116,11 @@ export class TcpProxy {
       if (this.delayAfter !== null && chunk.includes(this.delayAfter.marker)) {
         pair.delay = this.delayAfter.ms
         this.delayAfter = null
+      }
+      if (this.cutAfterMarker !== null && chunk.includes(this.cutAfterMarker)) {
+        this.cutAfterMarker = null
+        this.mode = 'down'
+        for (const other of this.pairs) if (other !== pair) this.drop(other)
       }
       if (pair.delay > 0) setTimeout(() => server.write(chunk), pair.delay)
       else if (this.mode === 'slow') pair.toServer.push(chunk)

@@ -1,0 +1,95 @@
+import type { FastifyBaseLogger } from 'fastify'
+import { redactKeys } from './api-key.js'
+import type { Storage } from './storage.js'
+
+// Waits before each background attempt, about 3 minutes in all.
+export const RELEASE_RETRY_DELAYS_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 60_000, 60_000]
+// Claims retried at most at once; each is three short strings and a timer.
+export const MAX_PENDING_RELEASES = 10_000
+
+interface PendingRelease {
+  endpointId: string
+  key: string
+  token: string
+  timer: NodeJS.Timeout | undefined
+}
+
+/**
+ * Releases the Idempotency-Key claim of a call that started no run, so that
+ * a retry with the key may run. When the claim call itself failed, the claim
+ * may have been written with its answer lost, or may still land late; so a
+ * release that fails, or finds nothing to release, is tried again in the
+ * background a few times. The token keeps it from touching any other claim.
+ */
+export class IdempotencyReleaser {
+  private readonly pending = new Map<string, PendingRelease>()
+  private closed = false
+
+  constructor (
+    private readonly storage: Storage,
+    private readonly log: FastifyBaseLogger,
+    private readonly retryDelaysMs: readonly number[] = RELEASE_RETRY_DELAYS_MS,
+    private readonly maxPending = MAX_PENDING_RELEASES
+  ) {}
+
+  /** Claims being retried in the background. */
+  get size (): number {
+    return this.pending.size
+  }
+
+  /** Tries once now, then in the background if need be. Never rejects. */
+  async release (endpointId: string, key: string, token: string): Promise<void> {
+    const p: PendingRelease = { endpointId, key, token, timer: undefined }
+    if (await this.attempt(p) === true || this.closed) return
+    if (this.pending.size >= this.maxPending) {
+      this.log.error({ endpointId, idempotencyKey: redactKeys(key) },
+        'fastify-data-endpoints: too many Idempotency-Key claims to release; this key may stay held until idempotencyTtl')
+      return
+    }
+    this.schedule(p, 0)
+  }
+
+  /** Stops the background retries after one last attempt at each. */
+  async close (): Promise<void> {
+    this.closed = true
+    const left = [...this.pending.values()]
+    this.pending.clear()
+    for (const p of left) clearTimeout(p.timer)
+    const outcomes = await Promise.all(left.map(async (p) => this.attempt(p)))
+    const failed = outcomes.filter((o) => o instanceof Error).length
+    if (failed > 0) {
+      this.log.error({ claims: failed },
+        'fastify-data-endpoints: Idempotency-Key claims not released at close; those keys stay held until idempotencyTtl')
+    }
+  }
+
+  /** true: released; false: no such claim (or not yet); an Error: storage failed. */
+  private async attempt (p: PendingRelease): Promise<boolean | Error> {
+    try {
+      return await this.storage.releaseIdempotencyKey(p.endpointId, p.key, p.token)
+    } catch (err) {
+      return err instanceof Error ? err : new Error(String(err))
+    }
+  }
+
+  private schedule (p: PendingRelease, retry: number): void {
+    this.pending.set(p.token, p)
+    p.timer = setTimeout(() => { this.retry(p, retry).catch(() => {}) }, this.retryDelaysMs[retry])
+    p.timer.unref()
+  }
+
+  private async retry (p: PendingRelease, retry: number): Promise<void> {
+    const outcome = await this.attempt(p)
+    if (this.closed) return
+    if (outcome !== true && retry + 1 < this.retryDelaysMs.length) {
+      this.schedule(p, retry + 1)
+      return
+    }
+    this.pending.delete(p.token)
+    // Finding nothing to the end means the claim was never written.
+    if (outcome instanceof Error) {
+      this.log.error({ err: outcome, endpointId: p.endpointId, idempotencyKey: redactKeys(p.key) },
+        'fastify-data-endpoints: Idempotency-Key claim not released; the key stays held until idempotencyTtl')
+    }
+  }
+}
