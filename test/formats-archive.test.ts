@@ -153,6 +153,25 @@ t.test('tar: a download destroyed while spooling closes the entry and removes th
   t.same(await readdir(dir), [], 'the spool directory is gone')
 })
 
+t.test('tar: a download destroyed while an entry streams out ends the archive, not the process', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'fde-tar-test-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  // Each entry is spooled whole, then streamed out: big enough that the
+  // reader stops half-way through the first, with a second still to come.
+  const big = (name: string): ArchiveEntry => ({ name, content: async function * () { for (let i = 0; i < 200; i++) yield 'x'.repeat(10_000) } })
+  const tarball = tarArchive([big('a.txt'), big('b.txt')], { spoolLimit: 1000, tmpDir: dir })
+  let read = 0
+  for await (const chunk of tarball) {
+    read += (chunk as Buffer).length
+    if (read > 100_000) break // destroys the archive, as a client that leaves does
+  }
+  t.ok(read < 2_000_000, 'stopped half-way through the first entry')
+  // An unheard 'error' on the entry would have ended this process by now.
+  const end = Date.now() + 5000
+  while ((await readdir(dir)).length > 0 && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.same(await readdir(dir), [], 'the spool directory is gone')
+})
+
 t.test('tar: a failing entry fails the archive and removes the spool', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'fde-tar-test-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))

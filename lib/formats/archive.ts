@@ -153,12 +153,17 @@ export function tarArchive (entries: readonly ArchiveEntry[], options: TarOption
         await spool.write(chunk)
       }
       const sink = pack.entry({ name: entry.name, size: spool.size, mtime, mode: 0o644 })
+      // Destroying the archive (the client left) errors the entry being
+      // written; unheard, that error would crash the process. Its close, which
+      // follows, rejects `finished`, and that ends this entry.
+      sink.on('error', () => {})
       const finished = eventOrClose(sink, 'finish')
       finished.catch(() => {}) // awaited below; not unhandled if a write fails first
       for await (const buf of spool.read()) {
+        if (sink.destroyed) break
         if (!sink.write(buf)) await eventOrClose(sink, 'drain')
       }
-      sink.end(null)
+      if (!sink.destroyed) sink.end(null)
       await finished
     } finally {
       await spool.dispose()
