@@ -97,7 +97,13 @@ export interface Storage {
    * that prefix if it is assigned to the endpoint. Null when there is no endpoint.
    */
   findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null>
-  /** Adds the batch atomically (`calls = calls + n`); ids that no longer exist are ignored. */
+  /**
+   * Adds the batch atomically (`calls = calls + n`); ids that no longer exist
+   * are ignored. A failure is retried with the batch merged into the next one.
+   * When the write may have taken effect (its commit's answer was lost), throw
+   * a `UsageInDoubtError` instead: the batch is then held aside until its
+   * `fate()` says whether it was written, so it is never counted twice.
+   */
   applyUsage (batch: UsageBatch): Promise<void>
 
   /** The project's keys, oldest first. */

@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream'
 import t, { type Test } from 'tap'
 import { SqliteStorage, type Storage, type UsageBatch } from '../lib/index.js'
-import { UsageInDoubtError, type UsageFate } from '../lib/usage-in-doubt.js'
+import { UsageInDoubtError, type UsageFate } from '../lib/index.js'
 import { assignKeys, buildApp, createKey, DATASET_URL } from './helper.js'
 
 // A usage write whose outcome is unknown (UsageInDoubtError): the recorder
