@@ -134,10 +134,10 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
           await release()
           throw err
         }
-        // If this write fails the key stays claimed without a body: later calls
-        // get 409 rather than a second run. The run itself did start.
-        await storage.completeIdempotencyKey(call.endpointId, idempotencyKey, JSON.stringify(body))
-          .catch((err: unknown) => request.log.error({ err }, 'idempotency record not completed'))
+        // Until this write lands the key stays claimed without a body: later
+        // calls get 409 rather than a second run. The run itself did start, so
+        // a failed write is retried in the background.
+        await idempotencyReleaser.complete(call.endpointId, idempotencyKey, token, JSON.stringify(body))
         return body
       }
       if (claim.response !== null) {

@@ -10,7 +10,12 @@ export const MAX_PENDING_RELEASES = 10_000
 interface PendingRelease {
   endpointId: string
   key: string
-  token: string
+  /** the map key: the claim's token, or `complete:` and the token */
+  id: string
+  /** true: done; false: nothing to do yet (a release that found no claim) */
+  run: () => Promise<boolean>
+  /** for the log line when it gives up */
+  what: 'claim not released' | 'answer not stored'
   timer: NodeJS.Timeout | undefined
 }
 
@@ -20,6 +25,8 @@ interface PendingRelease {
  * may have been written with its answer lost, or may still land late; so a
  * release that fails, or finds nothing to release, is tried again in the
  * background a few times. The token keeps it from touching any other claim.
+ * Likewise the answer of a run that started, when storing it fails: until it
+ * is stored, calls with the key get 409 rather than the replay.
  */
 export class IdempotencyReleaser {
   private readonly pending = new Map<string, PendingRelease>()
@@ -39,10 +46,20 @@ export class IdempotencyReleaser {
 
   /** Tries once now, then in the background if need be. Never rejects. */
   async release (endpointId: string, key: string, token: string): Promise<void> {
-    const p: PendingRelease = { endpointId, key, token, timer: undefined }
+    const run = async (): Promise<boolean> => this.storage.releaseIdempotencyKey(endpointId, key, token)
+    await this.start({ endpointId, key, id: token, run, what: 'claim not released', timer: undefined })
+  }
+
+  /** Stores the answer of a run that started; tries once now, then in the background if need be. Never rejects. */
+  async complete (endpointId: string, key: string, token: string, response: string): Promise<void> {
+    const run = async (): Promise<boolean> => { await this.storage.completeIdempotencyKey(endpointId, key, response); return true }
+    await this.start({ endpointId, key, id: `complete:${token}`, run, what: 'answer not stored', timer: undefined })
+  }
+
+  private async start (p: PendingRelease): Promise<void> {
     if (await this.attempt(p) === true || this.closed) return
     if (this.pending.size >= this.maxPending) {
-      this.log.error({ endpointId, idempotencyKey: redactKeys(key) },
+      this.log.error({ endpointId: p.endpointId, idempotencyKey: redactKeys(p.key) },
         'fastify-data-endpoints: too many Idempotency-Key claims to release; this key may stay held until idempotencyTtl')
       return
     }
@@ -59,21 +76,21 @@ export class IdempotencyReleaser {
     const failed = outcomes.filter((o) => o instanceof Error).length
     if (failed > 0) {
       this.log.error({ claims: failed },
-        'fastify-data-endpoints: Idempotency-Key claims not released at close; those keys stay held until idempotencyTtl')
+        'fastify-data-endpoints: Idempotency-Key claims not released, or answers not stored, at close; those keys stay held until idempotencyTtl')
     }
   }
 
-  /** true: released; false: no such claim (or not yet); an Error: storage failed. */
+  /** true: done; false: no such claim to release (or not yet); an Error: storage failed. */
   private async attempt (p: PendingRelease): Promise<boolean | Error> {
     try {
-      return await this.storage.releaseIdempotencyKey(p.endpointId, p.key, p.token)
+      return await p.run()
     } catch (err) {
       return err instanceof Error ? err : new Error(String(err))
     }
   }
 
   private schedule (p: PendingRelease, retry: number): void {
-    this.pending.set(p.token, p)
+    this.pending.set(p.id, p)
     p.timer = setTimeout(() => { this.retry(p, retry).catch(() => {}) }, this.retryDelaysMs[retry])
     p.timer.unref()
   }
@@ -85,11 +102,11 @@ export class IdempotencyReleaser {
       this.schedule(p, retry + 1)
       return
     }
-    this.pending.delete(p.token)
+    this.pending.delete(p.id)
     // Finding nothing to the end means the claim was never written.
     if (outcome instanceof Error) {
       this.log.error({ err: outcome, endpointId: p.endpointId, idempotencyKey: redactKeys(p.key) },
-        'fastify-data-endpoints: Idempotency-Key claim not released; the key stays held until idempotencyTtl')
+        `fastify-data-endpoints: Idempotency-Key ${p.what}; the key stays held until idempotencyTtl`)
     }
   }
 }

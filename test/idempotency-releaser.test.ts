@@ -28,6 +28,34 @@ function fakes (outcomes: Outcome[]): { storage: Storage, log: FastifyBaseLogger
 
 const away = new Error('database away')
 
+t.test('an answer that fails to store is retried until stored, and given up on with a log line', async (t) => {
+  let attempts = 0
+  const stored: string[] = []
+  const errors: string[] = []
+  const storage = {
+    async completeIdempotencyKey (_e: string, _k: string, response: string) {
+      if (++attempts < 3) throw away
+      stored.push(response)
+    }
+  } as unknown as Storage
+  const log = { error: (_: unknown, message: string) => { errors.push(message) } } as unknown as FastifyBaseLogger
+  const releaser = new IdempotencyReleaser(storage, log, [10, 10, 10])
+  t.teardown(() => releaser.close())
+  await releaser.complete('e', 'k', 'token', '{"job_id":"1"}')
+  await sleep(100)
+  t.same(stored, ['{"job_id":"1"}'], 'stored on the third attempt')
+  t.equal(releaser.size, 0)
+  t.same(errors, [])
+
+  const never = { async completeIdempotencyKey () { throw away } } as unknown as Storage
+  const giving = new IdempotencyReleaser(never, log, [10, 10])
+  t.teardown(() => giving.close())
+  await giving.complete('e', 'k', 'token', 'body')
+  await sleep(100)
+  t.equal(giving.size, 0)
+  t.match(errors, [/answer not stored; the key stays held until idempotencyTtl/])
+})
+
 t.test('a release that fails, or finds nothing yet, is retried until it releases', async (t) => {
   const f = fakes([away, false, true])
   const releaser = new IdempotencyReleaser(f.storage, f.log, [10, 10, 10, 10])
@@ -86,7 +114,7 @@ t.test('close makes one last attempt at each claim, then nothing more', async (t
   await releaser.close()
   t.equal(f.attempts(), 4, 'one more each')
   t.equal(releaser.size, 0)
-  t.match(f.errors, [/claims not released at close/])
+  t.match(f.errors, [/claims not released, or answers not stored, at close/])
   await releaser.release('e', 'k3', 'c')
   t.equal(releaser.size, 0, 'a release after close is tried once and not kept')
   await sleep(200)
