@@ -2,6 +2,7 @@ import { setTimeout } from 'node:timers/promises'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { keyPrefixOf, loggablePrefix } from './api-key.js'
 import type { PluginContext } from './context.js'
+import { clientKey } from './failure-throttle.js'
 import {
   DisabledKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError
@@ -98,35 +99,48 @@ export function authenticateHook (ctx: PluginContext) {
     const supplied = suppliedKey(request)
     if (supplied === undefined) throw new NotAuthorizedError()
     request.dataEndpointKeyPrefix = loggablePrefix(supplied)
-    const client = request.ip
+    const client = clientKey(request.ip)
     const prefix = keyPrefixOf(supplied)
+    let admitted = false
     if (throttle !== null) {
-      const wait = throttle.retryAfter(client)
+      // Admitted attempts count as in flight until settled below, so a burst
+      // cannot pass the check before its failures are recorded.
+      let wait = throttle.admit(client)
       // A client over its bound is refused before any storage read or bcrypt,
       // unless it sends a key already verified here: a neighbour behind the
       // same address keeps working (its key still goes through every check).
       if (wait > 0 && !(prefix !== null && verifier.hasVerified(supplied as string))) {
         if (throttle.delayMs > 0) await setTimeout(throttle.delayMs)
-        throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(throttle.retryAfter(client) || 1) } })
+        // Asked again after the hold: a burst of first requests with a good
+        // key is over the bound only until its first verification ends.
+        wait = throttle.admit(client)
+        if (wait > 0 && !(prefix !== null && verifier.hasVerified(supplied as string))) {
+          throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
+        }
       }
+      admitted = wait === 0
     }
-    const found = await storage.findEndpointKey(locator, prefix)
-    const key = found?.key ?? null
-    if (found === null) refuse(client, new UnknownEndpointError())
-    if (key === null || prefix === null) refuse(client, new UnknownKeyError())
-
-    let matches: boolean
     try {
-      matches = await verifier.verify(key.hash, supplied as string)
-    } catch (err) {
-      if (err instanceof VerificationBusyError) throw withDetails(err, { headers: { 'retry-after': '1' } })
-      throw err
-    }
-    if (!matches) refuse(client, new UnknownKeyError())
-    // The secret matched, so saying "disabled" reveals nothing to a guesser.
-    if (!key.isActive) refuse(client, new DisabledKeyError())
+      const found = await storage.findEndpointKey(locator, prefix)
+      const key = found?.key ?? null
+      if (found === null) refuse(client, new UnknownEndpointError())
+      if (key === null || prefix === null) refuse(client, new UnknownKeyError())
 
-    usage.record(found.endpointId, key.id)
-    request.dataEndpointCall = { locator, endpointId: found.endpointId }
+      let matches: boolean
+      try {
+        matches = await verifier.verify(key.hash, supplied as string)
+      } catch (err) {
+        if (err instanceof VerificationBusyError) throw withDetails(err, { headers: { 'retry-after': '1' } })
+        throw err
+      }
+      if (!matches) refuse(client, new UnknownKeyError())
+      // The secret matched, so saying "disabled" reveals nothing to a guesser.
+      if (!key.isActive) refuse(client, new DisabledKeyError())
+
+      usage.record(found.endpointId, key.id)
+      request.dataEndpointCall = { locator, endpointId: found.endpointId }
+    } finally {
+      if (admitted) throttle?.settle(client)
+    }
   }
 }

@@ -196,6 +196,73 @@ t.test('a limited client\'s 429 is held delayMs, so a flood waits instead of tak
   t.ok(Date.now() - elsewhere < 290, 'other clients are not held')
 })
 
+t.test('IPv6 clients are throttled by their /64: rotating addresses does not dodge the bound', async (t) => {
+  const hasher = spyHasher()
+  const { app } = await buildApp(t, { hasher, requireHttps: false, failureThrottle: { maxFailures: 5, windowMs: 60_000, delayMs: 0 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const wrong = (i: number): string => k.key.slice(0, 11) + String(i).padStart(21, 'x')
+  const get = async (i: number, remoteAddress: string): Promise<number> =>
+    (await app.inject({ url: DATASET_URL, query: { api_key: wrong(i) }, remoteAddress })).statusCode
+  const codes = []
+  for (let i = 1; i <= 40; i++) codes.push(await get(i, `2001:db8:1:2::${i.toString(16)}`))
+  t.same(codes, [...Array(5).fill(403), ...Array(35).fill(429)])
+  t.equal(hasher.compares, 5, 'five comparisons, not forty')
+  t.equal(await get(41, '2001:DB8:1:2:ffff:0:0:1'), 429, 'upper case, other host bits')
+  t.equal(await get(42, '2001:0db8:0001:0002::abcd'), 429, 'leading zeros')
+  t.equal(await get(43, '2001:db8:1:3::1'), 403, 'the next /64 is another client')
+})
+
+t.test('an IPv4-mapped IPv6 address is throttled as its IPv4 address', async (t) => {
+  const { app } = await buildApp(t, { requireHttps: false, failureThrottle: { maxFailures: 2, windowMs: 60_000, delayMs: 0 } })
+  const get = async (remoteAddress: string): Promise<number> =>
+    (await app.inject({ url: DATASET_URL, query: { api_key: 'bad' }, remoteAddress })).statusCode
+  t.equal(await get('::ffff:192.0.2.7'), 403)
+  t.equal(await get('::FFFF:c000:207'), 403)
+  t.equal(await get('192.0.2.7'), 429)
+  t.equal(await get('192.0.2.8'), 403, 'another IPv4 address is not limited')
+})
+
+t.test('concurrent wrong secrets from one address: at most maxFailures get through', async (t) => {
+  const hasher = spyHasher(20)
+  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 2, failureThrottle: { maxFailures: 5, windowMs: 60_000, delayMs: 0 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const answers = await Promise.all(Array.from({ length: 60 }, async (_, i) =>
+    app.inject({ url: DATASET_URL, query: { api_key: k.key.slice(0, 11) + String(i).padStart(21, 'c') } })))
+  t.equal(answers.filter((r) => r.statusCode === 403).length, 5)
+  const limited = answers.filter((r) => r.statusCode === 429)
+  t.equal(limited.length, 55)
+  t.same(limited[0].json(), { message: 'Too many failed authentication attempts' })
+  t.match(limited[0].headers['retry-after'], /^[1-9][0-9]*$/)
+  t.equal(hasher.compares, 5)
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'json' } })).statusCode, 429, 'the bound is reached')
+})
+
+t.test('a verification in flight is released on success and on error', async (t) => {
+  const real = new SqliteStorage({ filename: ':memory:' })
+  let broken = false
+  const flaky: Storage = Object.assign(Object.create(real) as Storage, {
+    async findEndpointKey (...args: Parameters<Storage['findEndpointKey']>) {
+      if (broken) throw new Error('connection lost')
+      return real.findEndpointKey(...args)
+    }
+  })
+  const { app } = await buildApp(t, { storage: flaky, failureThrottle: { maxFailures: 2, windowMs: 60_000, delayMs: 0 } })
+  const keys = []
+  for (let i = 0; i < 5; i++) keys.push(await createKey(app, `k${i}`))
+  await assignKeys(app, 'dataset', keys.map((k) => k.id))
+  const get = async (key: string): Promise<number> =>
+    (await app.inject({ url: DATASET_URL, query: { api_key: key, format: 'json' } })).statusCode
+  for (const k of keys.slice(0, 3)) t.equal(await get(k.key), 200)
+  t.same(await Promise.all(keys.slice(3).map(async (k) => get(k.key))), [200, 200], 'two at once')
+  broken = true
+  for (let i = 0; i < 3; i++) t.equal(await get(keys[0].key), 500)
+  broken = false
+  t.equal(await get(keys[0].key), 200)
+  t.equal(await get('bad'), 403, 'no failure so far, nothing left in flight')
+})
+
 t.test('failureThrottle: false never answers 429', async (t) => {
   const { app } = await buildApp(t, { failureThrottle: false })
   const k = await createKey(app)
