@@ -82,6 +82,13 @@ export function authenticateHook (ctx: PluginContext) {
   const { storage, verifier, usage, throttle } = ctx
   const { requireHttps } = ctx.options
 
+  // A key verified here before passes a client's bound: a neighbour behind
+  // the same address keeps working (its key still goes through every check).
+  // (A prefix means the supplied value is a well-formed key, so a string.)
+  function verifiedBefore (prefix: string | null, supplied: unknown): boolean {
+    return prefix !== null && verifier.hasVerified(supplied as string)
+  }
+
   function refuse (client: string, error: Error): never {
     throttle?.recordFailure(client)
     throw error
@@ -107,14 +114,13 @@ export function authenticateHook (ctx: PluginContext) {
       // cannot pass the check before its failures are recorded.
       let wait = throttle.admit(client)
       // A client over its bound is refused before any storage read or bcrypt,
-      // unless it sends a key already verified here: a neighbour behind the
-      // same address keeps working (its key still goes through every check).
-      if (wait > 0 && !(prefix !== null && verifier.hasVerified(supplied as string))) {
+      // unless it sends a key already verified here.
+      if (wait > 0 && !verifiedBefore(prefix, supplied)) {
         if (throttle.delayMs > 0) await setTimeout(throttle.delayMs)
         // Asked again after the hold: a burst of first requests with a good
         // key is over the bound only until its first verification ends.
         wait = throttle.admit(client)
-        if (wait > 0 && !(prefix !== null && verifier.hasVerified(supplied as string))) {
+        if (wait > 0 && !verifiedBefore(prefix, supplied)) {
           throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
         }
       }

@@ -71,14 +71,10 @@ export class FailureThrottle {
     this.delayMs = options.delayMs ?? 1000
   }
 
-  /** Seconds to wait when `client` is over its bound, failures plus attempts in flight, else 0. */
-  retryAfter (client: string, now = Date.now()): number {
-    return this.wait(client, this.inFlight.get(client) ?? 0, now)
-  }
-
   /**
-   * Like `retryAfter`, but when under the bound it counts the attempt in
-   * flight; the caller must then call `settle` once, however it ends.
+   * Seconds to wait when `client` is over its bound, failures plus attempts in
+   * flight, else 0; then the attempt counts as in flight, and the caller must
+   * call `settle` once, however it ends.
    */
   admit (client: string, now = Date.now()): number {
     const inFlight = this.inFlight.get(client) ?? 0

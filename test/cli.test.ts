@@ -2,11 +2,10 @@ import { spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { gzipSync } from 'node:zlib'
 import t, { type Test as T } from 'tap'
 import type { JobInfo } from '../lib/client/index.js'
 import { DATASET_URL, PIPELINE_URL, assignKeys, buildApp, createKey } from './helper.js'
-import { API_KEY, DATASET_PATH, JOB_ID, KEY_PREFIX, PIPELINE_PATH, sendJson, startServer } from './client-server.js'
+import { API_KEY, DATASET_PATH, JOB_ID, KEY_PREFIX, PIPELINE_PATH, sendGzipped, sendJson, startServer } from './client-server.js'
 
 // The `data-endpoints` command, run as a process from its TypeScript source
 // against a local server; every run checks that the key shows nowhere.
@@ -226,10 +225,7 @@ t.test('a key placed in --output or in the host is masked in the messages', asyn
 
 t.test('--progress on a compressed download shows the bytes received, not a percentage of the compressed size', async (t) => {
   const data = 'INSERT INTO t VALUES (1);\n'.repeat(4000)
-  const gzipped = gzipSync(data)
-  const server = await startServer(t, (_req, res) => res.writeHead(200, {
-    'content-type': 'application/sql', 'content-encoding': 'gzip', 'content-length': String(gzipped.length)
-  }).end(gzipped))
+  const server = await startServer(t, sendGzipped(data))
   const run = await cli(t, ['get', `${server.base}${DATASET_PATH}`, '--progress'])
   t.equal(run.code, 0, run.stderr)
   t.equal(run.stdout, data)

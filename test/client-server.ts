@@ -1,5 +1,6 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { gzipSync } from 'node:zlib'
 import type { Test } from 'tap'
 
 // A local HTTP server for the client and CLI tests that fails on purpose:
@@ -42,6 +43,14 @@ export async function startServer (t: Test, handler: Handler): Promise<TestServe
 export function sendJson (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers })
   res.end(JSON.stringify(body))
+}
+
+/** A handler answering `data` gzipped, with the compressed Content-Length, as a compressing proxy does. */
+export function sendGzipped (data: string): Handler {
+  const gzipped = gzipSync(data)
+  return (_req, res) => res.writeHead(200, {
+    'content-type': 'application/sql', 'content-encoding': 'gzip', 'content-length': String(gzipped.length)
+  }).end(gzipped)
 }
 
 /** A port nothing listens on: connections to it are refused. */
