@@ -82,6 +82,14 @@ async function download (t: Test, setup: Setup, key: { key: string }): Promise<v
   t.equal(res.statusCode, 200, 'download')
 }
 
+/** A key on the dataset endpoint and `n` downloads with it, counted in memory, not yet written. */
+async function keyWithDownloads (t: Test, setup: Setup, n: number): Promise<{ id: string, key: string }> {
+  const key = await createKey(setup.app)
+  await assignKeys(setup.app, 'dataset', [key.id])
+  for (let i = 0; i < n; i++) await download(t, setup, key)
+  return key
+}
+
 async function expectService (t: Test, setup: Setup, key: { key: string }, what: string): Promise<void> {
   const download = await setup.app.inject({ url: DATASET_URL, query: { api_key: key.key, format: 'json' } })
   t.equal(download.statusCode, 200, `${what}: data route serves`)
@@ -133,9 +141,7 @@ if (url !== null) {
 
   t.test('batched increments survive a short outage', async (t) => {
     const setup = await behindProxy(t)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 5; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 5)
 
     setup.proxy.cut()
     await t.rejects(setup.app.dataEndpoints.flushUsage(), 'the flush fails while the database is away')
@@ -147,9 +153,7 @@ if (url !== null) {
 
   t.test('a graceful close during a short outage still writes the increments', async (t) => {
     const setup = await behindProxy(t)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 3; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 3)
 
     setup.proxy.cut()
     setTimeout(() => setup.proxy.restore(), 500)
@@ -159,9 +163,7 @@ if (url !== null) {
 
   t.test('a flush whose COMMIT answer is lost is not counted twice', async (t) => {
     const setup = await behindProxy(t)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 4; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 4)
 
     // The server gets the COMMIT and commits; its answer never arrives.
     setup.proxy.loseAnswerTo('COMMIT')
@@ -175,9 +177,7 @@ if (url !== null) {
     // 2000 ms, so a COMMIT 1500 ms late would still commit, unless PgStorage
     // ends that transaction before it answers the flush.
     const setup = await behindProxy(t, {}, 1000)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 4; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 4)
 
     setup.proxy.delayFrom('COMMIT', 1500)
     await t.rejects(setup.app.dataEndpoints.flushUsage(), 'the flush gives up, its transaction ended')
@@ -191,9 +191,7 @@ if (url !== null) {
   // whether it had committed, and the batch was written again: calls doubled.
   t.test('a flush whose COMMIT answer is lost, the database then away, is not counted twice', async (t) => {
     const setup = await behindProxy(t)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 4; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 4)
 
     // The server gets the COMMIT and commits; its answer never arrives, and nothing gets through after it.
     setup.proxy.loseAnswerTo('COMMIT')
@@ -211,9 +209,7 @@ if (url !== null) {
     // away when the flush asks what became of it; by then the transaction is
     // ended, by the server or by PgStorage, so it never commits.
     const setup = await behindProxy(t)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 4; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 4)
 
     setup.proxy.delayFrom('COMMIT', 1500)
     setup.proxy.cutAfter('COMMIT')
@@ -227,9 +223,7 @@ if (url !== null) {
 
   t.test('a graceful close while a flush is in doubt waits to know, and never counts it twice', async (t) => {
     const setup = await behindProxy(t)
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 3; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 3)
 
     setup.proxy.loseAnswerTo('COMMIT')
     setup.proxy.cutAfter('COMMIT')
@@ -243,9 +237,7 @@ if (url !== null) {
     const lines: Array<Record<string, unknown>> = []
     const stream = new Writable({ write (chunk, _encoding, done) { lines.push(JSON.parse(String(chunk))); done() } })
     const setup = await behindProxy(t, {}, QUERY_TIMEOUT, { logger: { level: 'error', stream } })
-    const key = await createKey(setup.app)
-    await assignKeys(setup.app, 'dataset', [key.id])
-    for (let i = 0; i < 3; i++) await download(t, setup, key)
+    const key = await keyWithDownloads(t, setup, 3)
 
     setup.proxy.loseAnswerTo('COMMIT')
     setup.proxy.cutAfter('COMMIT')
