@@ -1,13 +1,21 @@
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
-import Fastify, { type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import { collectDefaultMetrics, Registry } from 'prom-client'
 import dataEndpoints, {
-  frameworkErrorReply, PgStorage, redactingRequestSerializer, SqliteStorage, type Storage
+  frameworkErrorReply, MANAGE_API_KEYS, PgStorage, redactingRequestSerializer, SqliteStorage, type Storage
 } from '../lib/index.js'
 import { adminTokenPermissions } from './admin-auth.js'
 import type { ExampleConfig } from './config.js'
 import { SampleJobs } from './jobs.js'
 import { exampleDatabaseFile, openExampleDatabase, SampleDatasets, seedSampleData } from './sample-datasets.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** the example's dataset source */
+    sampleDatasets: SampleDatasets
+  }
+}
 
 export type AppConfig = Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'eventsRows' | 'logLevel'> &
   Partial<Pick<ExampleConfig, 'databaseUrl' | 'databaseSchema'>>
@@ -19,6 +27,19 @@ export function openStorage (config: Pick<ExampleConfig, 'dataDir' | 'databaseUr
     return new PgStorage({ connectionString: config.databaseUrl, schema: config.databaseSchema })
   }
   return new SqliteStorage({ filename: join(config.dataDir, 'data-endpoints.db') })
+}
+
+/** The example's pino settings: JSON lines to stdout that never carry a key. */
+export function exampleLoggerOptions (level: string): Exclude<FastifyServerOptions['logger'], boolean | undefined> {
+  return {
+    level,
+    // Request lines show the URL with api_key redacted and no headers.
+    // (Fastify types this serializer with the raw request; it is given Fastify's.)
+    serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> },
+    // At trace level Fastify logs a request Node could not parse with its
+    // raw bytes, key included.
+    redact: { paths: ['err.rawPacket'], remove: true }
+  }
 }
 
 /**
@@ -53,22 +74,26 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
   }
 
   const app = Fastify({
-    logger: {
-      level: config.logLevel,
-      // Request lines show the URL with api_key redacted and no headers.
-      // (Fastify types this serializer with the raw request; it is given Fastify's.)
-      serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> },
-      // At trace level Fastify logs a request Node could not parse with its
-      // raw bytes, key included.
-      redact: { paths: ['err.rawPacket'], remove: true }
-    },
+    logger: exampleLoggerOptions(config.logLevel),
     // A malformed URL or an over-long path parameter: answered without quoting the URL.
     frameworkErrors: frameworkErrorReply
   })
   app.addHook('onClose', async () => closeExample())
+  // For tests and a curious host: the pools of prepared statements show through it.
+  app.decorate('sampleDatasets', datasets)
 
   // Fastify's own 404 answer and log line quote the URL, which may carry ?api_key=.
   app.setNotFoundHandler((request, reply) => reply.code(404).send({ message: 'Not found' }))
+
+  // Prometheus metrics: the plugin's, and Node's own, in one registry, served
+  // to the admin token only, as the management routes are.
+  const permissions = adminTokenPermissions(config.adminToken)
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  app.get('/metrics', async (request, reply) => {
+    if (!permissions(request).includes(MANAGE_API_KEYS)) return reply.code(403).send({ message: 'Not authorized' })
+    return reply.header('cache-control', 'no-store').type(registry.contentType).send(await registry.metrics())
+  })
 
   try {
     await app.register(dataEndpoints, {
@@ -76,7 +101,11 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
       datasets,
       pipelines: jobs,
       jobs,
-      getPermissions: adminTokenPermissions(config.adminToken)
+      getPermissions: permissions,
+      metrics: { registry },
+      // Audit entries name who made each change. The example has one admin
+      // token, so one actor; a real host names the signed-in user.
+      getActor: () => 'admin'
       // requireHttps stays at its default (true): the server listens on
       // 127.0.0.1 only, and the plugin lets loopback clients use plain HTTP.
       // Put it behind a TLS proxy (with trustProxy) before exposing it.

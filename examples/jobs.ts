@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3'
-import type { Job, JobSource, JobStatus, Pipeline, PipelineRunner, ResourceRef } from '../lib/index.js'
+import type { Job, JobSource, JobStatus, Pipeline, PipelineRunner, ResourceRef, ResourceSummary } from '../lib/index.js'
 import { SAMPLE_MODEL } from './sample-datasets.js'
 
 // The example's pipelines and their jobs. A run is a pair of timers that move
@@ -66,6 +66,12 @@ export class SampleJobs implements PipelineRunner, JobSource {
     const pipeline = PIPELINES.get(ref.resourceSequence)
     if (pipeline === undefined) return null
     return { name: pipeline.name, start: async (jobId) => this.start(jobId, ref.resourceSequence, pipeline) }
+  }
+
+  /** The pipelines by name, for the management page's picker. */
+  async listResources (project: { organization: string, project: string }): Promise<ResourceSummary[]> {
+    if (project.organization !== SAMPLE_MODEL.organization || project.project !== SAMPLE_MODEL.project) return []
+    return [...PIPELINES].map(([resourceSequence, p]) => ({ modelSequence: SAMPLE_MODEL.modelSequence, resourceSequence, name: p.name }))
   }
 
   async getJob (jobId: string): Promise<Job | null> {

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
-import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row, RowsOptions } from '../lib/index.js'
+import Database, { type Statement } from 'better-sqlite3'
+import type { Column, Dataset, DatasetSource, Entity, ResourceRef, ResourceSummary, Row } from '../lib/index.js'
 
 // The example's datasets, kept in SQLite tables of the example database and
 // streamed from there: acme/shop model 1, dataset 1 `sales` (hand-written rows
@@ -227,45 +227,133 @@ export function endFirstStart (db: Database.Database): void {
   db.prepare('DELETE FROM sample_meta WHERE name = ?').run('first_start')
 }
 
+/** Idle prepared statements kept per entity; a download beyond them prepares its own. */
+export const IDLE_STATEMENTS_PER_ENTITY = 8
+/** An entity of at most this many rows is read in one call (see StatementPool.rows). */
+export const SMALL_ENTITY_ROWS = 100
+
 /**
- * The example's DatasetSource. Rows are read with its own read-only
- * connection: better-sqlite3 refuses writes on a connection while one of its
- * statements is iterating, and a download keeps a statement open for as long
- * as the client reads. Each `rows()` call has its own statement, so
- * downloads run side by side, one row in memory at a time.
+ * The prepared SELECT of one entity, reused across downloads. better-sqlite3
+ * refuses to run a statement that is still iterating ("This statement is busy
+ * executing a query"), and a download iterates for as long as its client
+ * reads, so each iteration takes a statement no other one holds and gives it
+ * back when it ends. At most `maxIdle` wait for the next download.
+ */
+class StatementPool {
+  private readonly idle: Array<Statement<[number], unknown[]>> = []
+  prepared = 0
+
+  constructor (private readonly db: Database.Database, private readonly sql: string, private readonly maxIdle: number) {}
+
+  get idleCount (): number {
+    return this.idle.length
+  }
+
+  /**
+   * The entity's rows, up to `limit` (-1 for all), as a plain iterable: read
+   * without a promise per row. A small entity comes whole from one call: a
+   * step of an iterator into the driver costs more than a row, and a small
+   * download is mostly such steps. A larger one is streamed, read again from
+   * its start so that its rows come from one read.
+   */
+  rows (limit: number): Iterable<Row> {
+    const statement = this.take()
+    try {
+      const first = statement.all(limit >= 0 && limit <= SMALL_ENTITY_ROWS ? limit : SMALL_ENTITY_ROWS + 1)
+      if (first.length <= SMALL_ENTITY_ROWS) return first
+    } finally {
+      this.give(statement)
+    }
+    return this.stream(limit)
+  }
+
+  /**
+   * The rows one at a time. Its statement is taken at the first row and
+   * given back when the rows end, or when the reader leaves early (return(),
+   * as `for...of` and the plugin call it).
+   */
+  private * stream (limit: number): Generator<Row, void, undefined> {
+    const statement = this.take()
+    try {
+      yield * statement.iterate(limit)
+    } finally {
+      this.give(statement)
+    }
+  }
+
+  private take (): Statement<[number], unknown[]> {
+    const statement = this.idle.pop()
+    if (statement !== undefined) return statement
+    this.prepared++
+    return this.db.prepare<[number], unknown[]>(this.sql).raw()
+  }
+
+  private give (statement: Statement<[number], unknown[]>): void {
+    if (this.idle.length < this.maxIdle) this.idle.push(statement)
+  }
+}
+
+/**
+ * The example's DatasetSource, and the way we advise a host to write one
+ * (lib/dataset-source.ts, `Dataset.rows`): rows are read with prepared statements
+ * that are reused, returned as plain iterables (no await per row), through a
+ * read-only connection of their own: better-sqlite3 refuses writes on a
+ * connection while one of its statements is iterating, and a download keeps
+ * a statement open for as long as the client reads. Downloads of the same
+ * entity run side by side, each on its own statement, one row in memory at a
+ * time.
  */
 export class SampleDatasets implements DatasetSource {
   private readonly db: Database.Database
+  /** per dataset number, made once: the plugin asks for one per request */
+  private readonly datasets = new Map<number, Dataset>()
+  /** per dataset number and entity name */
+  private readonly pools = new Map<number, Map<string, StatementPool>>()
 
   /** `filename`: the example database, already seeded with `seedSampleData`. */
   constructor (filename: string) {
     this.db = new Database(filename, { readonly: true, fileMustExist: true })
+    for (const [sequence, sample] of DATASETS) {
+      // Table and column names come from our own list, never from the request.
+      const pools = new Map(sample.entities.map((entity) => {
+        const columns = entity.columns.map((c) => quote(c.name)).join(', ')
+        const sql = `SELECT ${columns} FROM ${quote(entity.name)} ORDER BY ${quote(entity.columns[0].name)} LIMIT ?`
+        return [entity.name, new StatementPool(this.db, sql, IDLE_STATEMENTS_PER_ENTITY)]
+      }))
+      this.pools.set(sequence, pools)
+      this.datasets.set(sequence, {
+        name: sample.name,
+        entities: sample.entities,
+        // No use of options.signal: the plugin reads a plain iterable a chunk
+        // at a time, synchronously, and calls return() when the client
+        // leaves, which stops the read and frees the statement. (Not reading
+        // the signal also spares the plugin making one.)
+        rows: (entity, { limit }) => {
+          const pool = pools.get(entity)
+          if (pool === undefined) throw new Error(`Dataset ${sample.name} has no entity ${entity}`)
+          return pool.rows(limit ?? -1)
+        }
+      })
+    }
   }
 
   async getDataset (ref: ResourceRef): Promise<Dataset | null> {
     if (ref.organization !== SAMPLE_MODEL.organization || ref.project !== SAMPLE_MODEL.project ||
       ref.modelSequence !== SAMPLE_MODEL.modelSequence) return null
-    const sample = DATASETS.get(ref.resourceSequence)
-    if (sample === undefined) return null
-    return {
-      name: sample.name,
-      entities: sample.entities,
-      rows: (entity, options) => this.rows(sample, entity, options)
-    }
+    return this.datasets.get(ref.resourceSequence) ?? null
   }
 
-  private async * rows (sample: SampleDataset, entityName: string, { limit, signal }: RowsOptions): AsyncGenerator<Row> {
-    // Table names come from our own list, never from the request.
-    const entity = sample.entities.find((e) => e.name === entityName)
-    if (entity === undefined) throw new Error(`Dataset ${sample.name} has no entity ${entityName}`)
-    const columns = entity.columns.map((c) => quote(c.name)).join(', ')
-    const statement = this.db.prepare<[number], unknown[]>(
-      `SELECT ${columns} FROM ${quote(entity.name)} ORDER BY ${quote(entity.columns[0].name)} LIMIT ?`).raw()
-    // Leaving the loop (abort, limit, or the consumer returning) resets the statement.
-    for (const row of statement.iterate(limit ?? -1)) {
-      if (signal.aborted) return
-      yield row
-    }
+  /** How many statements an entity's pool has prepared so far, and how many of them wait idle. */
+  statementCounts (resourceSequence: number, entity: string): { prepared: number, idle: number } {
+    const pool = this.pools.get(resourceSequence)?.get(entity)
+    if (pool === undefined) throw new Error(`No entity ${entity} in dataset ${resourceSequence}`)
+    return { prepared: pool.prepared, idle: pool.idleCount }
+  }
+
+  /** The datasets by name, for the management page's picker. */
+  async listResources (project: { organization: string, project: string }): Promise<ResourceSummary[]> {
+    if (project.organization !== SAMPLE_MODEL.organization || project.project !== SAMPLE_MODEL.project) return []
+    return [...DATASETS].map(([resourceSequence, d]) => ({ modelSequence: SAMPLE_MODEL.modelSequence, resourceSequence, name: d.name }))
   }
 
   close (): void {

@@ -4,7 +4,7 @@ import { keyPrefixOf, loggablePrefix } from './api-key.js'
 import type { PluginContext } from './context.js'
 import { clientKey } from './failure-throttle.js'
 import {
-  DisabledKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
+  DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError
 } from './errors.js'
 import { withDetails } from './error-reply.js'
@@ -22,6 +22,8 @@ export interface DataRouteParams {
 export interface AuthenticatedCall {
   locator: EndpointLocator
   endpointId: string
+  /** the key that authenticated the call */
+  keyId: string
 }
 
 declare module 'fastify' {
@@ -89,9 +91,41 @@ export function authenticateHook (ctx: PluginContext) {
     return prefix !== null && verifier.hasVerified(supplied as string)
   }
 
+  // A request over its client's bound is held `delayMs` before it is asked
+  // again, so a flood's connections wait instead of taking the event loop.
+  // While its value is being compared, it waits for that comparison instead,
+  // however long bcrypt takes on a loaded machine: a burst of first requests
+  // with a good key is over the bound only until the key's first comparison
+  // ends. A value that did not match still waits out the hold.
+  async function hold (delayMs: number, prefix: string | null, supplied: unknown): Promise<void> {
+    let left = delayMs
+    const comparing = prefix === null ? undefined : verifier.comparison(supplied as string)
+    if (comparing !== undefined) {
+      const since = Date.now()
+      if (await comparing) return
+      left -= Date.now() - since
+    }
+    if (left > 0) await setTimeout(left)
+    // one that began during the hold
+    const begun = prefix === null ? undefined : verifier.comparison(supplied as string)
+    if (begun !== undefined) await begun
+  }
+
   function refuse (client: string, error: Error): never {
     throttle?.recordFailure(client)
     throw error
+  }
+
+  /**
+   * A request without a key is counted in the endpoint's usage history as
+   * `no_key`, if the endpoint exists. That takes a read the refusal itself
+   * does not need, so a failed read leaves the answer as it was.
+   */
+  async function countKeyless (locator: EndpointLocator): Promise<void> {
+    try {
+      const found = await storage.findEndpointKey(locator, null)
+      if (found !== null) usage.recordRefusal(found.endpointId, null, 'no_key')
+    } catch {}
   }
 
   return async function authenticate (request: FastifyRequest, reply: FastifyReply): Promise<void> {
@@ -104,7 +138,10 @@ export function authenticateHook (ctx: PluginContext) {
     if (requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
 
     const supplied = suppliedKey(request)
-    if (supplied === undefined) throw new NotAuthorizedError()
+    if (supplied === undefined) {
+      await countKeyless(locator)
+      throw new NotAuthorizedError()
+    }
     request.dataEndpointKeyPrefix = loggablePrefix(supplied)
     const client = clientKey(request.ip)
     const prefix = keyPrefixOf(supplied)
@@ -116,9 +153,7 @@ export function authenticateHook (ctx: PluginContext) {
       // A client over its bound is refused before any storage read or bcrypt,
       // unless it sends a key already verified here.
       if (wait > 0 && !verifiedBefore(prefix, supplied)) {
-        if (throttle.delayMs > 0) await setTimeout(throttle.delayMs)
-        // Asked again after the hold: a burst of first requests with a good
-        // key is over the bound only until its first verification ends.
+        await hold(throttle.delayMs, prefix, supplied)
         wait = throttle.admit(client)
         if (wait > 0 && !verifiedBefore(prefix, supplied)) {
           throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
@@ -130,21 +165,44 @@ export function authenticateHook (ctx: PluginContext) {
       const found = await storage.findEndpointKey(locator, prefix)
       const key = found?.key ?? null
       if (found === null) refuse(client, new UnknownEndpointError())
-      if (key === null || prefix === null) refuse(client, new UnknownKeyError())
+      const { endpointId } = found
+      if (key === null || prefix === null) {
+        usage.recordRefusal(endpointId, null, 'unknown_prefix')
+        refuse(client, new UnknownKeyError())
+      }
 
       let matches: boolean
       try {
         matches = await verifier.verify(key.hash, supplied as string)
       } catch (err) {
-        if (err instanceof VerificationBusyError) throw withDetails(err, { headers: { 'retry-after': '1' } })
+        if (err instanceof VerificationBusyError) {
+          // Mostly a flood's (a key's owner needs one place in its key's
+          // line): held like the throttle's refusals, so that its
+          // connections wait instead of taking the event loop.
+          if (throttle !== null) await setTimeout(throttle.delayMs)
+          throw withDetails(err, { headers: { 'retry-after': '1' } })
+        }
         throw err
       }
-      if (!matches) refuse(client, new UnknownKeyError())
+      if (!matches) {
+        // A wrong secret on a prefix that is assigned here: a guess at this key.
+        usage.recordRefusal(endpointId, key.id, 'unknown_key')
+        refuse(client, new UnknownKeyError())
+      }
       // The secret matched, so saying "disabled" reveals nothing to a guesser.
-      if (!key.isActive) refuse(client, new DisabledKeyError())
+      // An expired key is inactive too; the clock is read on every request,
+      // so a memoised comparison never outlives the expiry.
+      if (!key.isActive) {
+        usage.recordRefusal(endpointId, key.id, 'disabled')
+        refuse(client, new DisabledKeyError())
+      }
+      if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
+        usage.recordRefusal(endpointId, key.id, 'expired')
+        refuse(client, new ExpiredKeyError())
+      }
 
-      usage.record(found.endpointId, key.id)
-      request.dataEndpointCall = { locator, endpointId: found.endpointId }
+      usage.record(endpointId, key.id)
+      request.dataEndpointCall = { locator, endpointId, keyId: key.id }
     } finally {
       if (admitted) throttle?.settle(client)
     }

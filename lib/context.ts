@@ -1,10 +1,13 @@
 import type { FailureThrottle } from './failure-throttle.js'
+import type { TarSpool } from './formats/tar-spool.js'
 import type { IdempotencyReleaser } from './idempotency-releaser.js'
 import type { KeyHasher } from './key-hasher.js'
 import type { KeyVerifier } from './key-verifier.js'
+import type { PluginMetrics } from './metrics.js'
 import type { ResolvedOptions } from './options.js'
 import type { Storage } from './storage.js'
 import type { UsageRecorder } from './usage-recorder.js'
+import type { Housekeeping } from './housekeeping.js'
 
 /** What the plugin's route modules share, built once at registration. */
 export interface PluginContext {
@@ -13,8 +16,13 @@ export interface PluginContext {
   hasher: KeyHasher
   verifier: KeyVerifier
   usage: UsageRecorder
+  housekeeping: Housekeeping
   idempotencyReleaser: IdempotencyReleaser
   throttle: FailureThrottle | null
-  /** whether the host's Fastify has a logger that writes anything */
+  /** null when the host passed no registry */
+  metrics: PluginMetrics | null
+  /** the tar downloads' spool: its disk budget and folder */
+  tarSpool: TarSpool
+  /** whether the host's Fastify has a logger (at any level, silent included: levels change at run time) */
   logs: boolean
 }

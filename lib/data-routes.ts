@@ -5,11 +5,12 @@ import { authenticateHook, type AuthenticatedCall } from './authenticate.js'
 import type { PluginContext } from './context.js'
 import type { ResourceRef } from './dataset-source.js'
 import { sendDataset } from './dataset-download.js'
-import { errorMessageOf, sendError } from './error-reply.js'
+import { errorCodeOf, errorMessageOf, sendError } from './error-reply.js'
 import {
   BadRequestError, DatasetNotFoundError, IdempotencyInProgressError, PipelineNotFoundError
 } from './errors.js'
-import { redactUrl } from './log-redaction.js'
+import { logsAt, redactUrl } from './log-redaction.js'
+import { reasonOf } from './metrics.js'
 import { datasetRoute, documentationOnly, pipelineRoute } from './openapi.js'
 import type { Pipeline } from './pipeline-runner.js'
 import type { IdempotencyClaim } from './storage.js'
@@ -67,11 +68,12 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
 
   // SPEC.md §7.4: each call is logged with its URL (api_key redacted),
   // status, message and the key prefix, never the key. Without a logger the
-  // hook is not added at all: the line would cost a regex per request.
+  // hooks are not added at all; with one, the line (its redacted URL, and
+  // the close listener below) is made only when its level writes info lines.
   if (ctx.logs) {
     const logged = new WeakSet<FastifyRequest>()
-    const logCall = (request: FastifyRequest, reply: FastifyReply, message = errorMessageOf(request)): void => {
-      if (logged.has(request)) return
+    const logCall = (request: FastifyRequest, reply: FastifyReply, message: string | undefined): void => {
+      if (!logsAt(request.log, 'info') || logged.has(request)) return
       logged.add(request)
       request.log.info({
         url: redactUrl(request.url),
@@ -80,15 +82,27 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
         keyPrefix: request.dataEndpointKeyPrefix
       }, 'data endpoint call')
     }
-    app.addHook('onResponse', async (request, reply) => { logCall(request, reply) })
+    app.addHook('onResponse', async (request, reply) => { logCall(request, reply, errorMessageOf(request)) })
     // A download cut short after its headers (the source failed, the client
     // left) never reaches onResponse; it is logged when the connection closes.
     app.addHook('onRequest', async (request, reply) => {
+      if (!logsAt(request.log, 'info')) return
       reply.raw.once('close', () => {
         if (!reply.raw.writableFinished) {
           logCall(request, reply, errorMessageOf(request) ?? 'Response not completed: the client closed the connection')
         }
       })
+    })
+  }
+
+  // Metrics: every answer by route, status and reason. The route is the
+  // path's type when it names one, so the label stays from a fixed set.
+  const { metrics } = ctx
+  if (metrics !== null) {
+    app.addHook('onResponse', async (request, reply) => {
+      const type = (request.params as { type?: string }).type
+      const route = type === 'dataset' || type === 'pipeline' ? type : 'other'
+      metrics.request(route, reply.statusCode, reasonOf(reply.statusCode, errorCodeOf(request)))
     })
   }
 
@@ -111,14 +125,16 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
       throw new BadRequestError('Idempotency-Key must be 1 to 255 visible ASCII characters')
     }
 
-    // This call's claim token: it releases this call's claim and no other.
+    // Remembered per endpoint and API key: another key's same Idempotency-Key
+    // is its own call. This call's claim token releases its claim and no other.
+    const scope = { endpointId: call.endpointId, keyId: call.keyId }
     const token = randomUUID()
-    const release = async (): Promise<void> => idempotencyReleaser.release(call.endpointId, idempotencyKey, token)
+    const release = async (): Promise<void> => idempotencyReleaser.release(scope, idempotencyKey, token)
     const deadline = Date.now() + IDEMPOTENCY_WAIT_MS
     while (true) {
       let claim: IdempotencyClaim
       try {
-        claim = await storage.claimIdempotencyKey(call.endpointId, idempotencyKey, options.idempotencyTtl, token)
+        claim = await storage.claimIdempotencyKey(scope, idempotencyKey, options.idempotencyTtl, token)
       } catch (err) {
         // The claim may have been written with its answer lost: nothing ran,
         // so free it, or the key would be held for idempotencyTtl.
@@ -137,7 +153,7 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
         // Until this write lands the key stays claimed without a body: later
         // calls get 409 rather than a second run. The run itself did start, so
         // a failed write is retried in the background.
-        await idempotencyReleaser.complete(call.endpointId, idempotencyKey, token, JSON.stringify(body))
+        await idempotencyReleaser.complete(scope, idempotencyKey, token, JSON.stringify(body))
         return body
       }
       if (claim.response !== null) {
@@ -153,7 +169,7 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
     if (call.locator.type === 'pipeline') return runPipeline(request, reply, call)
     const dataset = await options.datasets.getDataset(refOf(call))
     if (dataset === null) throw new DatasetNotFoundError()
-    return sendDataset(request, reply, dataset)
+    return sendDataset(request, reply, dataset, ctx.tarSpool, options.downloadChunkSize)
   }
 
   // Every method on DATA_ROUTE goes through the same key hook and handler, as

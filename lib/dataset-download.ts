@@ -6,9 +6,11 @@ import { DownloadAbort } from './download-abort.js'
 import { noteFailure } from './error-reply.js'
 import { InvalidParameterError, UnknownFormatError } from './errors.js'
 import { checkEntities } from './formats/entity-model.js'
-import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type FormatName } from './formats/index.js'
+import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type DownloadSpec, type FormatName } from './formats/index.js'
 import { oracleDdl } from './formats/oracle.js'
+import { DEFAULT_CHUNK_SIZE, Pace } from './formats/pace.js'
 import { ddlFor } from './formats/sql.js'
+import type { TarSpool } from './formats/tar-spool.js'
 
 export interface DownloadQuery {
   format: FormatName
@@ -65,12 +67,12 @@ export function contentDisposition (fileName: string): string {
 /**
  * Answers a dataset GET whose key is verified and whose dataset exists.
  * Everything that can fail before the first byte (query, model, Oracle
- * names, the first 64 KiB) fails here, as a JSON error. Once the body streams, a failure
+ * names, the first chunk) fails here, as a JSON error. Once the body streams, a failure
  * destroys the connection (Fastify does so for a stream that errors after
  * its headers), so the client sees an incomplete response, never a file that
  * looks whole.
  */
-export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset): Promise<FastifyReply> {
+export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, tarSpool: TarSpool, chunkSize = DEFAULT_CHUNK_SIZE): Promise<FastifyReply> {
   const q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
   checkEntities(dataset.entities)
   if (q.meta === 'entities') {
@@ -87,16 +89,20 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort()
   })
-  const download = FORMATS[q.format]({
+  const spec: DownloadSpec = {
     dataset,
     entities: q.entities,
     limit: q.limit,
     archiveType: q.archiveType,
-    abort
-  })
+    tarSpool,
+    responseStarted: false,
+    abort,
+    pace: new Pace(chunkSize)
+  }
+  const download = FORMATS[q.format](spec)
   let body: Buffer | string | Readable
   try {
-    body = await wholeIfSmall(download.body, abort)
+    body = await wholeIfSmall(download.body, abort, chunkSize)
   } catch (err) {
     // The client left before anything was sent: there is no one to answer
     // (the close is logged by the data routes).
@@ -104,6 +110,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     throw err
   }
   if (body instanceof Readable) {
+    spec.responseStarted = true
     // Runs before Fastify's own listener, which logs the error with its message
     // and stack, and a host's message may quote a key.
     body.prependListener('error', (err: unknown) => {
@@ -121,9 +128,6 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     .send(body)
 }
 
-/** Below this size a download is sent in one piece, with a Content-Length. */
-export const WHOLE_BODY_LIMIT = 64 * 1024
-
 type Chunk = string | Uint8Array
 
 function byteLength (chunk: Chunk): number {
@@ -131,14 +135,14 @@ function byteLength (chunk: Chunk): number {
 }
 
 /**
- * Reads the start of a download. A body that ends within WHOLE_BODY_LIMIT
- * comes back whole (a string when the format wrote text): one write instead
- * of a chunked stream, which makes small downloads nearly as cheap as a plain
- * route, and a failure this early still becomes a JSON error. A longer body
- * comes back as a stream that replays what was read and then carries on,
- * with the source's backpressure.
+ * Reads the start of a download. A body that ends within `limit` bytes (the
+ * chunk size: one chunk) comes back whole (a string when the format wrote
+ * text): one write instead of a chunked stream, which makes small downloads
+ * nearly as cheap as a plain route, and a failure this early still becomes a
+ * JSON error. A longer body comes back as a stream that replays what was read
+ * and then carries on, with the source's backpressure (see PulledChunks).
  */
-export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<DownloadAbort, 'onAbort'>): Promise<Buffer | string | Readable> {
+export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<DownloadAbort, 'onAbort'>, limit = DEFAULT_CHUNK_SIZE): Promise<Buffer | string | Readable> {
   const iterator = body[Symbol.asyncIterator]()
   const head: Chunk[] = []
   let size = 0
@@ -151,7 +155,7 @@ export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<Down
   }
   const removeStop = abort.onAbort(stop)
   try {
-    while (size < WHOLE_BODY_LIMIT) {
+    while (size < limit) {
       const next = await iterator.next()
       if (next.done === true) {
         return head.every((c) => typeof c === 'string')
@@ -167,20 +171,41 @@ export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<Down
   } finally {
     removeStop()
   }
-  return Readable.from(replay(head, iterator), { objectMode: false })
+  return new PulledChunks(head, iterator)
 }
 
-async function * replay (head: Chunk[], rest: AsyncIterator<Chunk>): AsyncGenerator<Chunk> {
-  try {
-    yield * head
-    head.length = 0
-    while (true) {
-      const next = await rest.next()
-      if (next.done === true) return
-      yield next.value
+/**
+ * The rest of a download, after the chunks already read (`head`), as a
+ * stream that reads one chunk each time the response asks for one. It reads
+ * nothing ahead: Readable.from, even with highWaterMark 0, reads on while its
+ * buffer is empty, so for a client that stopped reading it would hold another
+ * chunk besides the one the response is sending.
+ */
+class PulledChunks extends Readable {
+  readonly #head: Chunk[]
+  readonly #rest: AsyncIterator<Chunk>
+
+  constructor (head: Chunk[], rest: AsyncIterator<Chunk>) {
+    super({ highWaterMark: 0 })
+    this.#head = head
+    this.#rest = rest
+  }
+
+  override _read (): void {
+    const held = this.#head.shift()
+    if (held !== undefined) {
+      this.push(held)
+      return
     }
-  } finally {
+    this.#rest.next().then(
+      (next) => { this.push(next.done === true ? null : next.value) },
+      (err: Error) => { this.destroy(err) }
+    )
+  }
+
+  override _destroy (err: Error | null, callback: (err?: Error | null) => void): void {
+    this.#head.length = 0
     // Destroyed early (the client left): end the source too.
-    await rest.return?.()
+    Promise.resolve(this.#rest.return?.()).then(() => callback(err), (returnError: Error) => callback(err ?? returnError))
   }
 }

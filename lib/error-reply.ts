@@ -22,18 +22,31 @@ function messageOf (error: FastifyError): string {
       const name = extra.additionalProperty ?? [extra.additionalProperties ?? []].flat()[0] ?? path
       return `${where}: unknown field "${name}"`
     }
-    // A pattern's failure says what the value must be, not the regex.
-    const described = v.keyword === 'pattern' ? PATTERN_MESSAGES.get(String(v.params.pattern)) : undefined
+    // A pattern's failure says what the value must be, not the regex; an
+    // enum's names the values; a date-time's shows one.
+    const described = v.keyword === 'pattern'
+      ? PATTERN_MESSAGES.get(String(v.params.pattern))
+      : v.keyword === 'enum' && Array.isArray(v.params.allowedValues)
+        ? `must be one of ${v.params.allowedValues.join(', ')}`
+        : v.keyword === 'format' && v.params.format === 'date-time'
+          ? 'must be an ISO 8601 date-time with a time zone, e.g. 2030-01-01T00:00:00Z'
+          : undefined
     return `${where}${path === '' ? '' : '.' + path}: ${described ?? v.message ?? 'is invalid'}`
   }
   return error.message || 'Internal Server Error'
 }
 
 const errorMessages = new WeakMap<FastifyRequest, string>()
+const errorCodes = new WeakMap<FastifyRequest, string>()
 
 /** The message an error response of this request carried, for its log line. */
 export function errorMessageOf (request: FastifyRequest): string | undefined {
   return errorMessages.get(request)
+}
+
+/** The code of the error a response of this request answered (`FDE_UNKNOWN_KEY`), for metrics. */
+export function errorCodeOf (request: FastifyRequest): string | undefined {
+  return errorCodes.get(request)
 }
 
 /** Records why a response was cut short after its headers (no error response could say it), for its log line. */
@@ -45,6 +58,7 @@ export function sendError (error: FastifyError, request: FastifyRequest, reply: 
   const status = statusOf(error)
   const message = redactKeys(messageOf(error))
   errorMessages.set(request, message)
+  if (typeof error.code === 'string') errorCodes.set(request, error.code)
   if (status >= 500) {
     const err = { type: error.name, code: error.code, message: message, stack: redactKeys(error.stack ?? '') }
     request.log.error({ err, statusCode: status }, message)

@@ -20,6 +20,8 @@ export const NotAuthorizedError = answer('FDE_NOT_AUTHORIZED', 'Not authorized',
 export const UnknownEndpointError = answer('FDE_UNKNOWN_ENDPOINT', 'Unknown API Endpoint', 403)
 export const UnknownKeyError = answer('FDE_UNKNOWN_KEY', 'Unknown API key', 403)
 export const DisabledKeyError = answer('FDE_DISABLED_KEY', 'Disabled API key', 403)
+// An expired key is inactive too (DESIGN.md §4.1): the same answer, its own code.
+export const ExpiredKeyError = answer('FDE_EXPIRED_KEY', 'Disabled API key', 403)
 export const TooManyFailuresError = answer('FDE_TOO_MANY_FAILURES', 'Too many failed authentication attempts', 429)
 export const VerificationBusyError = answer('FDE_VERIFICATION_BUSY', 'Too many key verifications in progress', 429)
 export const DatasetNotFoundError = answer('FDE_DATASET_NOT_FOUND', 'Dataset not found', 404)
@@ -29,6 +31,8 @@ export const UnknownFormatError = answer<[string]>(
 export const InvalidParameterError = answer<[string]>('FDE_INVALID_PARAMETER', '%s', 400)
 export const IdempotencyInProgressError = answer(
   'FDE_IDEMPOTENCY_IN_PROGRESS', 'A request with this Idempotency-Key is still in progress', 409)
+export const TarSpoolFullError = answer(
+  'FDE_TAR_SPOOL_FULL', 'Not enough temporary space for a tar download; retry later or use archiveType=zip', 503)
 
 // Job status route (SPEC.md §7.3)
 export const InvalidJobIdError = answer('FDE_INVALID_JOB_ID', 'Invalid job id', 404)

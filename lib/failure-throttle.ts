@@ -10,7 +10,9 @@ export interface FailureThrottleOptions {
   /**
    * milliseconds a refused request is held before its 429 goes out; default
    * 1000. A flood's connections then wait instead of taking the event loop
-   * from legitimate traffic (each answer still says when to come back).
+   * from legitimate traffic (each answer still says when to come back). A
+   * held request whose key is being compared waits for that comparison
+   * instead, and goes through if the key matched.
    */
   delayMs?: number
 }

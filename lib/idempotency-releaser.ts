@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { redactKeys } from './api-key.js'
-import type { Storage } from './storage.js'
+import type { IdempotencyScope, Storage } from './storage.js'
 
 // Waits before each background attempt, about 3 minutes in all.
 export const RELEASE_RETRY_DELAYS_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 60_000, 60_000]
@@ -8,7 +8,7 @@ export const RELEASE_RETRY_DELAYS_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 
 export const MAX_PENDING_RELEASES = 10_000
 
 interface PendingRelease {
-  endpointId: string
+  scope: IdempotencyScope
   key: string
   /** the map key: the claim's token, or `complete:` and the token */
   id: string
@@ -45,21 +45,21 @@ export class IdempotencyReleaser {
   }
 
   /** Tries once now, then in the background if need be. Never rejects. */
-  async release (endpointId: string, key: string, token: string): Promise<void> {
-    const run = async (): Promise<boolean> => this.storage.releaseIdempotencyKey(endpointId, key, token)
-    await this.start({ endpointId, key, id: token, run, what: 'claim not released', timer: undefined })
+  async release (scope: IdempotencyScope, key: string, token: string): Promise<void> {
+    const run = async (): Promise<boolean> => this.storage.releaseIdempotencyKey(scope, key, token)
+    await this.start({ scope, key, id: token, run, what: 'claim not released', timer: undefined })
   }
 
   /** Stores the answer of a run that started; tries once now, then in the background if need be. Never rejects. */
-  async complete (endpointId: string, key: string, token: string, response: string): Promise<void> {
-    const run = async (): Promise<boolean> => { await this.storage.completeIdempotencyKey(endpointId, key, response); return true }
-    await this.start({ endpointId, key, id: `complete:${token}`, run, what: 'answer not stored', timer: undefined })
+  async complete (scope: IdempotencyScope, key: string, token: string, response: string): Promise<void> {
+    const run = async (): Promise<boolean> => { await this.storage.completeIdempotencyKey(scope, key, response); return true }
+    await this.start({ scope, key, id: `complete:${token}`, run, what: 'answer not stored', timer: undefined })
   }
 
   private async start (p: PendingRelease): Promise<void> {
     if (await this.attempt(p) === true || this.closed) return
     if (this.pending.size >= this.maxPending) {
-      this.log.error({ endpointId: p.endpointId, idempotencyKey: redactKeys(p.key) },
+      this.log.error({ endpointId: p.scope.endpointId, idempotencyKey: redactKeys(p.key) },
         'fastify-data-endpoints: too many Idempotency-Key claims to release; this key may stay held until idempotencyTtl')
       return
     }
@@ -105,7 +105,7 @@ export class IdempotencyReleaser {
     this.pending.delete(p.id)
     // Finding nothing to the end means the claim was never written.
     if (outcome instanceof Error) {
-      this.log.error({ err: outcome, endpointId: p.endpointId, idempotencyKey: redactKeys(p.key) },
+      this.log.error({ err: outcome, endpointId: p.scope.endpointId, idempotencyKey: redactKeys(p.key) },
         `fastify-data-endpoints: Idempotency-Key ${p.what}; the key stays held until idempotencyTtl`)
     }
   }

@@ -1,11 +1,16 @@
+import { constants } from 'node:fs'
+import { access, stat } from 'node:fs/promises'
+import { join } from 'node:path'
 import fastifySwagger from '@fastify/swagger'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { PluginContext } from './context.js'
 import { dataRoutes } from './data-routes.js'
 import { sendError } from './error-reply.js'
-import { NotFoundError } from './errors.js'
+import { InvalidOptionError, NotFoundError } from './errors.js'
 import { FailureThrottle } from './failure-throttle.js'
+import { removeStaleSpoolFolders } from './formats/spool-folder.js'
+import { TarSpool, type TarSpoolUsage } from './formats/tar-spool.js'
 import { IdempotencyReleaser } from './idempotency-releaser.js'
 import { jobRoute } from './job-route.js'
 import { bcryptHasher } from './key-hasher.js'
@@ -16,12 +21,16 @@ import { managementUi } from './management-ui.js'
 import { openapiRoute, swaggerOptions } from './openapi.js'
 import { resolveOptions, type DataEndpointsOptions } from './options.js'
 import type { Storage } from './storage.js'
+import { PluginMetrics } from './metrics.js'
 import { UsageRecorder } from './usage-recorder.js'
+import { Housekeeping } from './housekeeping.js'
 
 export interface DataEndpointsDecorator {
   storage: Storage
   /** writes the batched `calls` and `updatedAt` now */
   flushUsage (): Promise<void>
+  /** the tar spool's disk budget in use and the downloads waiting for it (for metrics) */
+  tarSpoolUsage (): TarSpoolUsage
 }
 
 declare module 'fastify' {
@@ -43,11 +52,35 @@ function answerMissesWithNotFound (scope: FastifyInstance): void {
   } as never, (request, reply) => sendError(new NotFoundError(), request, reply))
 }
 
+/**
+ * Checks the tar spool's parent folder, and removes the spool folders that
+ * processes which no longer run left there (a kill -9 skips onClose).
+ */
+async function prepareTarSpool (app: FastifyInstance, directory: string): Promise<void> {
+  // Not made if missing: a mistyped path should fail here, not grow folders.
+  try {
+    if (!(await stat(directory)).isDirectory()) throw new Error('not a directory')
+    await access(directory, constants.W_OK | constants.X_OK)
+  } catch (err) {
+    throw new InvalidOptionError(`option "tarSpool.directory" must be an existing folder this process can write to (${directory}: ${(err as Error).message})`)
+  }
+  const { removed, failed } = await removeStaleSpoolFolders(directory)
+  for (const name of removed) app.log.info({ folder: join(directory, name) }, 'removed a tar spool folder whose process no longer runs')
+  for (const { name, error } of failed) {
+    app.log.warn({ folder: join(directory, name), err: error }, 'could not remove a tar spool folder whose process no longer runs')
+  }
+}
+
 async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOptions): Promise<void> {
   const options = resolveOptions(rawOptions)
+  await prepareTarSpool(app, options.tarSpool.directory)
   const hasher = options.hasher ?? bcryptHasher(options.bcryptCost)
-  // Without a logger Fastify skips child loggers; keep that fast path.
-  const logs = typeof app.log.level === 'string' && app.log.level !== 'silent'
+  // Made first: the verifier, the recorder and the routes report to it.
+  let metrics: PluginMetrics | null = null
+  const tarSpool = new TarSpool(options.tarSpool)
+  // Without a logger Fastify skips child loggers; keep that fast path. A
+  // silent logger counts as one: the host may raise its level at run time.
+  const logs = typeof app.log.level === 'string'
   const ctx: PluginContext = {
     options,
     storage: options.storage,
@@ -56,27 +89,50 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
       hasher,
       cacheSize: options.verificationCacheSize,
       maxConcurrentHashes: options.maxConcurrentHashes,
-      maxQueuedHashes: options.maxQueuedHashes
+      maxQueuedHashes: options.maxQueuedHashes,
+      maxQueuedHashesPerKey: options.maxQueuedHashesPerKey,
+      observe: options.metrics === undefined ? undefined : (memo, seconds) => metrics?.verified(memo, seconds)
     }),
-    usage: new UsageRecorder(options.storage, options.usageFlushInterval, app.log),
+    usage: new UsageRecorder(options.storage, options.usageFlushInterval, app.log, () => metrics?.flushFailed()),
+    housekeeping: new Housekeeping(options.storage, options, app.log),
     idempotencyReleaser: new IdempotencyReleaser(options.storage, app.log),
     throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle),
+    tarSpool,
+    metrics: null,
     logs
+  }
+  if (options.metrics !== undefined) {
+    const { registry } = options.metrics
+    metrics = ctx.metrics = new PluginMetrics(registry, {
+      queuedComparisons: () => ctx.verifier.queuedComparisons,
+      tarSpoolBytes: () => tarSpool.usage().reservedBytes
+    })
+    // So that a host can register the plugin again (a restart in tests) in the same registry.
+    app.addHook('onClose', async () => { metrics?.unregister() })
   }
 
   app.decorate('dataEndpoints', {
     storage: ctx.storage,
-    flushUsage: () => ctx.usage.flush()
+    flushUsage: () => ctx.usage.flush(),
+    tarSpoolUsage: () => ctx.tarSpool.usage()
   })
-  // Fastify closes the server first, so in-flight requests have been counted
-  // by the time the counters are flushed (and Idempotency-Key claims waiting
-  // for release are tried a last time); then the storage closes.
+  // Fastify closes the server first: tar downloads still running then
+  // (injected, or cut by the host's forceCloseConnections) are stopped, and
+  // the spool folder goes.
+  app.addHook('onClose', async () => {
+    await ctx.tarSpool.close().catch((err: Error) => { app.log.warn({ err, folder: ctx.tarSpool.folder }, 'could not remove the tar spool folder') })
+  })
+  // In-flight requests have been counted by the time the counters are flushed
+  // (and Idempotency-Key claims waiting for release are tried a last time);
+  // then the storage closes.
   app.addHook('onClose', async () => {
     const released = ctx.idempotencyReleaser.close()
+    const pruned = ctx.housekeeping.close()
     try {
       await ctx.usage.close()
     } finally {
       await released
+      await pruned
       if (options.closeStorage) await ctx.storage.close()
     }
   })
@@ -110,9 +166,11 @@ export default fp(dataEndpoints, { fastify: '5.x', name: 'fastify-data-endpoints
 
 export { dataEndpoints }
 export type { DataEndpointsOptions } from './options.js'
+export type { TarSpoolOptions, TarSpoolUsage } from './formats/tar-spool.js'
+export type { MetricsOptions } from './metrics.js'
 export { MANAGE_API_KEYS } from './options.js'
 export type * from './storage.js'
-export { PrefixTakenError } from './storage.js'
+export { AUDIT_ACTIONS, PrefixTakenError, USAGE_OUTCOMES } from './storage.js'
 export { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 export type * from './dataset-source.js'
 export type * from './pipeline-runner.js'

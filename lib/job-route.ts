@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import { redactKeys } from './api-key.js'
 import type { PluginContext } from './context.js'
-import { sendError, withDetails } from './error-reply.js'
+import { errorCodeOf, sendError, withDetails } from './error-reply.js'
+import { reasonOf } from './metrics.js'
 import { InvalidJobIdError, JobDatasetGoneError, JobNotAvailableError } from './errors.js'
 import { documentationOnly, jobRouteSchema } from './openapi.js'
 
@@ -15,6 +16,12 @@ function iso (value: Date | string): string {
 export async function jobRoute (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
   const { jobs } = ctx.options
   app.setErrorHandler(sendError)
+  const { metrics } = ctx
+  if (metrics !== null) {
+    app.addHook('onResponse', async (request, reply) => {
+      metrics.request('job', reply.statusCode, reasonOf(reply.statusCode, errorCodeOf(request)))
+    })
+  }
   // The schema documents the route; the handler answers bad ids itself (§7.3).
   documentationOnly(app)
 

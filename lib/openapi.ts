@@ -87,6 +87,8 @@ const errorBody = (description: string): ReturnType<typeof Type.Object> =>
   Type.Object({ message: Type.String() }, { description })
 
 const KEY_404 = '`API key not found` (no such key in this project)'
+const EXPIRY_400 = '`body.expiresAt: must be in the future`, `body.expiresAt: must be no later than <time> (maxKeyLifetime)`, ' +
+  '`body.expiresAt: must be set, no later than <time> (maxKeyLifetime)`'
 const MONIKER_400 = 'a malformed organization, project or id; the message names it'
 
 // Fastify's own answers to a body it cannot read, on every route that reads
@@ -115,12 +117,13 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
   'POST /:organization/:project/keys': {
     summary: 'Create an API key; its value is in this answer only',
     ok: 'the key, its whole value in `key`: shown this once only',
-    400: 'a bad body (`purpose` required: 1 to 200 characters, not only spaces, no control characters); the message names the field'
+    400: 'a bad body (`purpose` required: 1 to 200 characters, not only spaces, no control characters; `expiresAt` ' +
+      `in the future and, with \`maxKeyLifetime\`, within it: ${EXPIRY_400}); the message names the field`
   },
   'PATCH /:organization/:project/keys/:keyId': {
-    summary: 'Edit a key\'s purpose or active flag',
+    summary: 'Edit a key\'s purpose, active flag or expiry',
     ok: 'the key as changed',
-    400: 'a bad body; the message names the field',
+    400: `a bad body (${EXPIRY_400}); the message names the field`,
     404: KEY_404
   },
   'DELETE /:organization/:project/keys/:keyId': {
@@ -131,6 +134,23 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
     ok: 'the key, its new whole value in `key`: shown this once only',
     400: MONIKER_400,
     404: KEY_404
+  },
+  'GET /:organization/:project/usage': {
+    summary: 'The usage history: requests by hour or day, endpoint, key and outcome',
+    ok: 'every bucket with a count that overlaps [from, to), ordered by start, endpoint id, key id (none first) and outcome',
+    400: 'a bad parameter (`querystring.from: must be before to`, or a range that holds more than `usageQueryMaxRows` ' +
+      'rows: `querystring.from: the range holds more than <n> rows; narrow from and to, or filter by keyId or endpointId`); ' +
+      'the message names the parameter'
+  },
+  'GET /:organization/:project/audit': {
+    summary: 'Who changed what: the audit log of key and endpoint changes, newest first',
+    ok: 'a page of entries and the cursor of the next (`next`, null on the last page)',
+    400: 'a bad parameter (`before` not the `next` of an earlier page, `limit` not 1 to 500); the message names it'
+  },
+  'GET /:organization/:project/resources': {
+    summary: 'The project\'s datasets and pipelines by name, as the host lists them (listResources)',
+    ok: 'the resources; empty when the host does not list them',
+    400: MONIKER_400
   },
   'GET /:organization/:project/endpoints': {
     summary: 'List the project\'s endpoints with their keys and calls', ok: 'the endpoints', 400: MONIKER_400
@@ -201,7 +221,7 @@ export function swaggerOptions (options: ResolvedOptions): FastifyDynamicSwagger
       tags: [
         { name: 'data', description: 'dataset and pipeline endpoints (API key)' },
         { name: 'jobs', description: 'job status (public)' },
-        { name: 'management', description: 'keys and endpoints (ManageAPIKeys)' }
+        { name: 'management', description: 'keys, endpoints, usage and audit (ManageAPIKeys)' }
       ],
       components: {
         securitySchemes: {

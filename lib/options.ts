@@ -1,4 +1,5 @@
-import { availableParallelism } from 'node:os'
+import { availableParallelism, tmpdir } from 'node:os'
+import { resolve } from 'node:path'
 import type { FastifyRequest } from 'fastify'
 import type { DatasetSource } from './dataset-source.js'
 import type { JobSource } from './job-source.js'
@@ -6,7 +7,10 @@ import type { KeyHasher } from './key-hasher.js'
 import type { PipelineRunner } from './pipeline-runner.js'
 import type { Storage } from './storage.js'
 import type { FailureThrottleOptions } from './failure-throttle.js'
+import type { MetricsOptions } from './metrics.js'
+import type { TarSpoolOptions } from './formats/tar-spool.js'
 import { InvalidOptionError } from './errors.js'
+import { DEFAULT_CHUNK_SIZE } from './formats/pace.js'
 
 export const MANAGE_API_KEYS = 'ManageAPIKeys'
 
@@ -18,6 +22,8 @@ export interface DataEndpointsOptions {
   jobs: JobSource
   /** the caller's permissions; management routes need `ManageAPIKeys` */
   getPermissions: (request: FastifyRequest) => Iterable<string> | Promise<Iterable<string>>
+  /** who makes a management change, for its audit entry (a user name, an e-mail); default: none (null) */
+  getActor?: (request: FastifyRequest) => string | null | undefined | Promise<string | null | undefined>
   /** base of `job_url`; default: the request's protocol and host */
   baseUrl?: string
   /** where the management routes live; default '/api-keys' */
@@ -34,12 +40,43 @@ export interface DataEndpointsOptions {
   verificationCacheSize?: number
   /** bcrypt comparisons running at once; default half the CPUs (at least 1), so verified traffic keeps the rest */
   maxConcurrentHashes?: number
-  /** bcrypt comparisons waiting; beyond it 429; default 100 */
+  /** bcrypt comparisons waiting; beyond it 429 (held the failure throttle's delayMs); default 100 */
   maxQueuedHashes?: number
+  /**
+   * bcrypt comparisons waiting for one key; beyond it 429, as for
+   * `maxQueuedHashes`; default 1. Keys are served in turn, so guesses at one
+   * key (or a few) hold only this many of `maxQueuedHashes` places, and other
+   * keys' first requests wait for about one comparison per key waiting. One
+   * is enough for a key's owner: concurrent first requests with one value
+   * share one comparison, and a wrong value is compared once, then remembered.
+   */
+  maxQueuedHashesPerKey?: number
   /** per-address bound on failed authentications (429, held delayMs, beyond it), or false; default 50 per minute, held 1 s */
   failureThrottle?: FailureThrottleOptions | false
   /** how long an Idempotency-Key is remembered, in milliseconds; default 24 h */
   idempotencyTtl?: number
+  /** how long the hourly and daily usage history is kept, in milliseconds; default 400 days */
+  usageRetention?: number
+  /** how long audit entries of management changes are kept, in milliseconds; default 730 days */
+  auditRetention?: number
+  /** rows a usage query may answer; a query that would answer more gets 400; default 100000 */
+  usageQueryMaxRows?: number
+  /**
+   * the longest a key may live, in milliseconds: a new key without `expiresAt`
+   * expires this long after its creation, and no expiry may be set later than
+   * this long from now; default none
+   */
+  maxKeyLifetime?: number
+  /**
+   * where tar entries wait until their size is known: `directory` (an existing
+   * folder the plugin makes its own folder in; default the OS temporary folder), `maxBytes`
+   * on disk across all tar downloads (default 512 MiB; beyond it 503),
+   * `maxWaitMs` a started download waits for budget (default 10 s),
+   * `memoryPerEntry` held in memory before a file is used (default 256 KiB)
+   */
+  tarSpool?: Partial<TarSpoolOptions>
+  /** Prometheus metrics, registered in the host's prom-client registry: `{ registry }`; default none */
+  metrics?: MetricsOptions
   /** close the storage when Fastify closes; default true */
   closeStorage?: boolean
   /**
@@ -49,6 +86,15 @@ export interface DataEndpointsOptions {
    * own not-found handler for those prefixes.
    */
   apiNotFoundHandler?: boolean
+  /**
+   * characters of a download gathered into one chunk, one write; default
+   * 65536. It bounds what the plugin holds for a client that stops reading:
+   * the one chunk its response is sending (bytes for ASCII text, up to three
+   * times as many for other scripts; a single longer row makes a longer chunk).
+   * A download that fits in one chunk is sent whole, with a Content-Length.
+   * Smaller chunks hold less per slow client and cost more writes.
+   */
+  downloadChunkSize?: number
   /**
    * serve the management web page at `<managementPrefix>/ui/`; default true.
    * The page holds no data: every call it makes goes to the management API,
@@ -65,17 +111,28 @@ export const DEFAULTS = {
   verificationCacheSize: 10_000,
   maxConcurrentHashes: Math.max(1, Math.floor(availableParallelism() / 2)),
   maxQueuedHashes: 100,
+  maxQueuedHashesPerKey: 1,
   failureThrottle: { maxFailures: 50, windowMs: 60_000 },
   idempotencyTtl: 24 * 60 * 60 * 1000,
+  usageRetention: 400 * 24 * 60 * 60 * 1000,
+  auditRetention: 730 * 24 * 60 * 60 * 1000,
+  usageQueryMaxRows: 100_000,
+  // directory: os.tmpdir() when the plugin registers
+  tarSpool: { maxBytes: 512 * 1024 * 1024, maxWaitMs: 10_000, memoryPerEntry: 256 * 1024 },
   closeStorage: true,
   apiNotFoundHandler: true,
-  managementUi: true
+  managementUi: true,
+  downloadChunkSize: DEFAULT_CHUNK_SIZE
 } as const
 
-export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle'>> & {
+export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle' | 'maxKeyLifetime' | 'getActor' | 'tarSpool' | 'metrics'>> & {
+  metrics: MetricsOptions | undefined
   baseUrl: string | undefined
+  getActor: DataEndpointsOptions['getActor']
+  maxKeyLifetime: number | undefined
   hasher: KeyHasher | undefined
   failureThrottle: FailureThrottleOptions | false
+  tarSpool: TarSpoolOptions
 }
 
 function fail (message: string): never {
@@ -97,12 +154,20 @@ function positiveInteger (name: string, value: unknown, min = 1, max = Number.MA
 
 /** Checks every option and fills in defaults; throws an error naming the first bad one. */
 export function resolveOptions (options: Partial<DataEndpointsOptions>): ResolvedOptions {
-  requireMethods('storage', options.storage, ['findEndpointKey', 'applyUsage', 'listKeys', 'createKey',
+  requireMethods('storage', options.storage, ['findEndpointKey', 'applyUsage', 'queryUsage', 'pruneUsage', 'listAudit', 'pruneAudit',
+    'pruneIdempotencyKeys', 'listKeys', 'createKey',
     'putEndpoint', 'claimIdempotencyKey', 'close'])
   requireMethods('datasets', options.datasets, ['getDataset'])
   requireMethods('pipelines', options.pipelines, ['getPipeline'])
   requireMethods('jobs', options.jobs, ['getJob'])
   if (typeof options.getPermissions !== 'function') fail('option "getPermissions" is required and must be a function')
+  if (options.getActor !== undefined && typeof options.getActor !== 'function') fail('option "getActor" must be a function')
+  if (options.metrics !== undefined) {
+    const registry = (options.metrics as { registry?: unknown } | null)?.registry as Record<string, unknown> | undefined
+    if (typeof registry !== 'object' || registry === null || typeof registry.registerMetric !== 'function') {
+      fail('option "metrics" must be { registry }, a prom-client Registry')
+    }
+  }
   if (options.hasher !== undefined) requireMethods('hasher', options.hasher, ['hash', 'compare'])
 
   const o = { ...DEFAULTS, ...stripUndefined(options) } as ResolvedOptions
@@ -128,7 +193,13 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   positiveInteger('verificationCacheSize', o.verificationCacheSize)
   positiveInteger('maxConcurrentHashes', o.maxConcurrentHashes, 1, 1024)
   positiveInteger('maxQueuedHashes', o.maxQueuedHashes, 0)
+  positiveInteger('maxQueuedHashesPerKey', o.maxQueuedHashesPerKey)
   positiveInteger('idempotencyTtl', o.idempotencyTtl)
+  positiveInteger('usageRetention', o.usageRetention, 60 * 60 * 1000)
+  positiveInteger('auditRetention', o.auditRetention, 60 * 60 * 1000)
+  positiveInteger('usageQueryMaxRows', o.usageQueryMaxRows)
+  if (o.maxKeyLifetime !== undefined) positiveInteger('maxKeyLifetime', o.maxKeyLifetime, 60 * 1000)
+  positiveInteger('downloadChunkSize', o.downloadChunkSize, 1024, 16 * 1024 * 1024)
   if (o.failureThrottle !== false) {
     if (typeof o.failureThrottle !== 'object' || o.failureThrottle === null) {
       fail('option "failureThrottle" must be false or { maxFailures, windowMs }')
@@ -138,7 +209,30 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
     if (o.failureThrottle.delayMs !== undefined) positiveInteger('failureThrottle.delayMs', o.failureThrottle.delayMs, 0, 60_000)
     if (o.failureThrottle.maxClients !== undefined) positiveInteger('failureThrottle.maxClients', o.failureThrottle.maxClients)
   }
+  o.tarSpool = resolveTarSpool(options.tarSpool)
   return o
+}
+
+const TAR_SPOOL_FIELDS = ['directory', 'maxBytes', 'maxWaitMs', 'memoryPerEntry']
+
+function resolveTarSpool (given: unknown): TarSpoolOptions {
+  if (given === undefined) return { directory: tmpdir(), ...DEFAULTS.tarSpool }
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    fail('option "tarSpool" must be an object { directory?, maxBytes?, maxWaitMs?, memoryPerEntry? }')
+  }
+  // A misspelt field would otherwise leave its default in place unnoticed.
+  const unknown = Object.keys(given).find((name) => !TAR_SPOOL_FIELDS.includes(name))
+  if (unknown !== undefined) fail(`option "tarSpool" has no field "${unknown}"`)
+  const spool = { directory: tmpdir(), ...DEFAULTS.tarSpool, ...stripUndefined(given) } as TarSpoolOptions
+  if (typeof spool.directory !== 'string' || spool.directory === '' || spool.directory.includes('\0')) {
+    fail('option "tarSpool.directory" must be a path')
+  }
+  spool.directory = resolve(spool.directory)
+  positiveInteger('tarSpool.maxBytes', spool.maxBytes, 0)
+  // setTimeout's limit, about 24 days
+  positiveInteger('tarSpool.maxWaitMs', spool.maxWaitMs, 0, 2 ** 31 - 1)
+  positiveInteger('tarSpool.memoryPerEntry', spool.memoryPerEntry, 0, 1024 ** 3)
+  return spool
 }
 
 function stripUndefined<T extends object> (value: T): Partial<T> {

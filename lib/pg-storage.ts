@@ -5,8 +5,12 @@ import {
   PrefixTakenError,
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
-  type ResourceType, type Storage, type UsageBatch
+  type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope
 } from './storage.js'
+import { keyChanges, keyIdChanges } from './audit-changes.js'
+import { endpointPath } from './endpoint-path.js'
+import { dailyCounts } from './usage-buckets.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
@@ -50,7 +54,7 @@ export const PG_STORAGE_DEFAULTS = {
 // advisory lock, so two instances starting at once apply each exactly once.
 // Each is recorded in schema_migrations. Never edit a shipped one.
 // Ids are text, not uuid: a malformed id from a URL is simply not found.
-const MIGRATIONS: string[] = [
+export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE api_keys (
      id text PRIMARY KEY,
      organization text NOT NULL,
@@ -90,7 +94,50 @@ const MIGRATIONS: string[] = [
    CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
   // The random token of the call that claimed the key: only it may release
   // the claim. Records claimed before this migration have none.
-  'ALTER TABLE idempotency_keys ADD COLUMN claim_token text'
+  'ALTER TABLE idempotency_keys ADD COLUMN claim_token text',
+  // Key expiry, and the usage history (DESIGN.md §4.1): requests by hour and
+  // by UTC day, per endpoint, key ('' for none, so that the primary key
+  // holds) and outcome. An endpoint's history goes with it; a deleted key's stays.
+  `ALTER TABLE api_keys ADD COLUMN expires_at timestamptz;
+   CREATE TABLE usage_hourly (
+     endpoint_id text NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     start timestamptz NOT NULL,
+     key_id text NOT NULL,
+     outcome text NOT NULL,
+     count bigint NOT NULL,
+     PRIMARY KEY (endpoint_id, start, key_id, outcome)
+   );
+   CREATE INDEX usage_hourly_start ON usage_hourly (start);
+   CREATE TABLE usage_daily (
+     endpoint_id text NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     start timestamptz NOT NULL,
+     key_id text NOT NULL,
+     outcome text NOT NULL,
+     count bigint NOT NULL,
+     PRIMARY KEY (endpoint_id, start, key_id, outcome)
+   );
+   CREATE INDEX usage_daily_start ON usage_daily (start);`,
+  // The audit log of management changes (DESIGN.md §4.1), and Idempotency-Key
+  // records per API key. Records from before hold for their whole endpoint
+  // (key_id '') until they expire, so a retry across the upgrade is still answered.
+  `CREATE TABLE audit_log (
+     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+     organization text NOT NULL,
+     project text NOT NULL,
+     at timestamptz NOT NULL,
+     actor text,
+     action text NOT NULL,
+     key_id text,
+     endpoint_id text,
+     target text NOT NULL,
+     changes jsonb NOT NULL
+   );
+   CREATE INDEX audit_log_project ON audit_log (organization, project, id);
+   CREATE INDEX audit_log_at ON audit_log (at);
+   ALTER TABLE idempotency_keys ADD COLUMN key_id text NOT NULL DEFAULT '';
+   ALTER TABLE idempotency_keys ALTER COLUMN key_id DROP DEFAULT;
+   ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey;
+   ALTER TABLE idempotency_keys ADD PRIMARY KEY (endpoint_id, key_id, idempotency_key);`
 ]
 
 // First key of the two-key advisory lock taken while migrating; the second is the schema's hash.
@@ -110,6 +157,7 @@ interface KeyRow {
   is_active: boolean
   created_at: Date
   updated_at: Date | null
+  expires_at: Date | null
 }
 
 interface EndpointRow {
@@ -133,8 +181,21 @@ function toKey (row: KeyRow): ApiKeyRecord {
     purpose: row.purpose,
     isActive: row.is_active,
     createdAt: row.created_at,
-    updatedAt: row.updated_at
+    updatedAt: row.updated_at,
+    expiresAt: row.expires_at
   }
+}
+
+/** A batch's counts as the columns of one unnest(): the rows of one upsert, in a stable order. */
+function countColumns (counts: UsageCount[]): unknown[] {
+  const sorted = [...counts].sort((a, b) => a.hour - b.hour || (a.endpointId < b.endpointId ? -1 : a.endpointId > b.endpointId ? 1 : 0))
+  return [
+    sorted.map((c) => c.endpointId),
+    sorted.map((c) => new Date(c.hour).toISOString()),
+    sorted.map((c) => c.keyId ?? ''),
+    sorted.map((c) => c.outcome),
+    sorted.map((c) => c.count)
+  ]
 }
 
 // pg returns bigint (int8) as a string, so that no precision is lost; every
@@ -236,7 +297,22 @@ export class PgStorage implements Storage {
     this.pool.on('error', () => {})
 
     const t = (table: string): string => `"${this.schema}".${table}`
-    const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at'
+    const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at'
+    // A count for an endpoint deleted since the request is dropped, as its calls are.
+    const addUsage = (table: string): string =>
+      `INSERT INTO ${t(table)} AS u (endpoint_id, start, key_id, outcome, count)
+       SELECT v.endpoint_id, v.start, v.key_id, v.outcome, v.count
+         FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[]) AS v (endpoint_id, start, key_id, outcome, count)
+         JOIN ${t('endpoints')} e ON e.id = v.endpoint_id
+        WHERE v.count > 0
+       ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = u.count + EXCLUDED.count`
+    const usageSelect = (table: string): string =>
+      `SELECT u.start, u.endpoint_id, u.key_id, u.outcome, u.count
+         FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
+        WHERE e.organization = $1 AND e.project = $2 AND ($3::text IS NULL OR e.id = $3)
+          AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)
+        ORDER BY u.start, u.endpoint_id COLLATE "C", u.key_id COLLATE "C", u.outcome COLLATE "C"
+        LIMIT $7`
     const locatorMatch = 'e.organization = $1 AND e.project = $2 AND e.model_sequence = $3 AND e.type = $4 AND e.resource_sequence = $5'
     const endpointSelect = `SELECT e.id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence, e.calls, e.created_at,
         COALESCE((SELECT json_agg(json_build_object('id', k.id, 'prefix', k.prefix, 'purpose', k.purpose, 'isActive', k.is_active)
@@ -245,7 +321,7 @@ export class PgStorage implements Storage {
                    WHERE ek.endpoint_id = e.id), '[]') AS keys
        FROM ${t('endpoints')} e`
     this.sql = {
-      lookup: `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active
+      lookup: `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at
                  FROM ${t('endpoints')} e
                  LEFT JOIN ${t('endpoint_keys')} ek ON ek.endpoint_id = e.id
                        AND ek.key_id = (SELECT id FROM ${t('api_keys')} WHERE prefix = $6)
@@ -258,15 +334,31 @@ export class PgStorage implements Storage {
       lockKeys: `SELECT 1 FROM ${t('api_keys')} WHERE id = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
       touchKeys: `UPDATE ${t('api_keys')} k SET updated_at = GREATEST(k.updated_at, u.at)
                     FROM unnest($1::text[], $2::timestamptz[]) AS u (id, at) WHERE k.id = u.id`,
+      addHourly: addUsage('usage_hourly'),
+      addDaily: addUsage('usage_daily'),
+      usageByHour: usageSelect('usage_hourly'),
+      usageByDay: usageSelect('usage_daily'),
+      pruneUsage: `WITH h AS (DELETE FROM ${t('usage_hourly')} WHERE start < $1 RETURNING 1),
+                        d AS (DELETE FROM ${t('usage_daily')} WHERE start < $1 RETURNING 1)
+                   SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM d) AS n`,
       listKeys: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 ORDER BY created_at, id`,
       getKey: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3`,
-      insertKey: `INSERT INTO ${t('api_keys')} (id, organization, project, prefix, hash, purpose, is_active, created_at)
-                  VALUES ($1, $2, $3, $4, $5, $6, $7, now()) RETURNING ${keyColumns}`,
-      updateKey: `UPDATE ${t('api_keys')} SET purpose = COALESCE($4, purpose), is_active = COALESCE($5, is_active)
+      insertKey: `INSERT INTO ${t('api_keys')} (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at)
+                  VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8) RETURNING ${keyColumns}`,
+      // $6: whether the patch sets the expiry ($7, which may be null).
+      updateKey: `UPDATE ${t('api_keys')} SET purpose = COALESCE($4, purpose), is_active = COALESCE($5, is_active),
+                         expires_at = CASE WHEN $6 THEN $7::timestamptz ELSE expires_at END
                    WHERE organization = $1 AND project = $2 AND id = $3 RETURNING ${keyColumns}`,
       setSecret: `UPDATE ${t('api_keys')} SET prefix = $4, hash = $5
                    WHERE organization = $1 AND project = $2 AND id = $3 RETURNING ${keyColumns}`,
+      lockKey: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3 FOR UPDATE`,
       deleteKey: `DELETE FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3`,
+      insertAudit: `INSERT INTO ${t('audit_log')} (organization, project, at, actor, action, key_id, endpoint_id, target, changes)
+                    VALUES ($1, $2, now(), $3, $4, $5, $6, $7, $8::jsonb)`,
+      listAudit: `SELECT id::text AS id, at, actor, action, key_id, endpoint_id, target, changes FROM ${t('audit_log')}
+                   WHERE organization = $1 AND project = $2 AND ($3::bigint IS NULL OR id < $3::bigint) ORDER BY id DESC LIMIT $4`,
+      pruneAudit: `DELETE FROM ${t('audit_log')} WHERE at < $1`,
+      endpointKeyIds: `SELECT key_id FROM ${t('endpoint_keys')} WHERE endpoint_id = $1`,
       listEndpoints: `${endpointSelect} WHERE e.organization = $1 AND e.project = $2
                        ORDER BY e.model_sequence, e.type, e.resource_sequence`,
       getEndpoint: `${endpointSelect} WHERE ${locatorMatch}`,
@@ -281,18 +373,21 @@ export class PgStorage implements Storage {
       assign: `INSERT INTO ${t('endpoint_keys')} (endpoint_id, key_id) SELECT $1, unnest($2::text[])`,
       deleteEndpoint: `DELETE FROM ${t('endpoints')} e WHERE ${locatorMatch}`,
       // A live record wins; an expired one (older than the ttl) is taken over.
-      claimIdempotency: `INSERT INTO ${t('idempotency_keys')} AS i (endpoint_id, idempotency_key, response, created_at, claim_token)
-                         VALUES ($1, $2, NULL, now(), $4)
-                         ON CONFLICT (endpoint_id, idempotency_key) DO UPDATE
+      claimIdempotency: `INSERT INTO ${t('idempotency_keys')} AS i (endpoint_id, key_id, idempotency_key, response, created_at, claim_token)
+                         VALUES ($1, $2, $3, NULL, now(), $5)
+                         ON CONFLICT (endpoint_id, key_id, idempotency_key) DO UPDATE
                          SET response = NULL, created_at = now(), claim_token = EXCLUDED.claim_token
-                          WHERE i.created_at < now() - $3::float8 * interval '1 millisecond'
+                          WHERE i.created_at < now() - $4::float8 * interval '1 millisecond'
                          RETURNING 1`,
+      // $2 '': a record from before records were per key, which holds for its whole endpoint.
       getIdempotency: `SELECT response FROM ${t('idempotency_keys')}
-                        WHERE endpoint_id = $1 AND idempotency_key = $2 AND created_at >= now() - $3::float8 * interval '1 millisecond'`,
+                        WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3
+                          AND created_at >= now() - $4::float8 * interval '1 millisecond'`,
       purgeIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < now() - $1::float8 * interval '1 millisecond'`,
-      completeIdempotency: `UPDATE ${t('idempotency_keys')} SET response = $3 WHERE endpoint_id = $1 AND idempotency_key = $2`,
+      pruneIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < $1`,
+      completeIdempotency: `UPDATE ${t('idempotency_keys')} SET response = $4 WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3`,
       releaseIdempotency: `DELETE FROM ${t('idempotency_keys')}
-                            WHERE endpoint_id = $1 AND idempotency_key = $2 AND claim_token = $3 AND response IS NULL`
+                            WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3 AND claim_token = $4 AND response IS NULL`
     }
     // Named, so each connection parses and plans the per-request lookup once;
     // the schema is in the name because the text differs per schema.
@@ -370,28 +465,37 @@ export class PgStorage implements Storage {
     if (hasNul(locator.organization, locator.project, locator.type)) return null
     // A prefix with NUL is no key's: the endpoint alone, as for an unknown prefix.
     const keyPrefix = prefix !== null && hasNul(prefix) ? null : prefix
-    const { rows } = await this.run<{ endpoint_id: string, key_id: string | null, hash: string | null, is_active: boolean | null }>(
+    const { rows } = await this.run<{ endpoint_id: string, key_id: string | null, hash: string | null, is_active: boolean | null, expires_at: Date | null }>(
       this.sql.lookup, [...locatorParams(locator), keyPrefix], this.lookupName)
     if (rows.length === 0) return null
     const row = rows[0]
     return {
       endpointId: row.endpoint_id,
-      key: row.key_id === null ? null : { id: row.key_id, hash: row.hash as string, isActive: row.is_active as boolean }
+      key: row.key_id === null
+        ? null
+        : { id: row.key_id, hash: row.hash as string, isActive: row.is_active as boolean, expiresAt: row.expires_at?.getTime() ?? null }
     }
   }
 
   async applyUsage (batch: UsageBatch): Promise<void> {
-    if (batch.calls.size === 0 && batch.lastUsed.size === 0) return
+    if (batch.calls.size === 0 && batch.lastUsed.size === 0 && batch.counts.size === 0) return
     await this.migrate()
     const calls = [...batch.calls].sort(([a], [b]) => (a < b ? -1 : 1))
     const lastUsed = [...batch.lastUsed].sort(([a], [b]) => (a < b ? -1 : 1))
+    const hourly = [...batch.counts.values()]
+    // Every endpoint the batch writes to is locked first, in id order: two
+    // instances flushing at once then take their turns instead of deadlocking.
+    const endpointIds = [...new Set([...batch.calls.keys(), ...hourly.map((c) => c.endpointId)])].sort()
     await this.transaction(async (client) => {
       // Who this transaction is, to learn its fate should the COMMIT go unanswered.
       const session = (await this.query<Session>(client, 'SELECT txid_current()::text AS xid, pg_backend_pid() AS pid')).rows[0]
+      if (endpointIds.length > 0) await this.query(client, this.sql.lockEndpoints, [endpointIds])
       if (calls.length > 0) {
-        const ids = calls.map(([id]) => id)
-        await this.query(client, this.sql.lockEndpoints, [ids])
-        await this.query(client, this.sql.addCalls, [ids, calls.map(([, n]) => n)])
+        await this.query(client, this.sql.addCalls, [calls.map(([id]) => id), calls.map(([, n]) => n)])
+      }
+      if (hourly.length > 0) {
+        await this.query(client, this.sql.addHourly, countColumns(hourly))
+        await this.query(client, this.sql.addDaily, countColumns(dailyCounts(hourly)))
       }
       if (lastUsed.length > 0) {
         const ids = lastUsed.map(([id]) => id)
@@ -436,6 +540,19 @@ export class PgStorage implements Storage {
     throw new Error('PostgreSQL unavailable: a usage transaction is still in progress')
   }
 
+  async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return []
+    const { rows } = await this.run<{ start: Date, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string }>(
+      query.granularity === 'day' ? this.sql.usageByDay : this.sql.usageByHour,
+      [project.organization, project.project, query.endpointId ?? null, query.from, query.to, query.keyId ?? null, query.limit])
+    return rows.map((r) => ({ start: r.start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count) }))
+  }
+
+  async pruneUsage (before: Date): Promise<number> {
+    const { rows } = await this.run<{ n: string }>(this.sql.pruneUsage, [before])
+    return Number(rows[0].n)
+  }
+
   async listKeys (project: ProjectRef): Promise<ApiKeyRecord[]> {
     if (hasNul(project.organization, project.project)) return []
     return (await this.run<KeyRow>(this.sql.listKeys, [project.organization, project.project])).rows.map(toKey)
@@ -447,39 +564,80 @@ export class PgStorage implements Storage {
     return rows.length === 0 ? null : toKey(rows[0])
   }
 
-  async createKey (key: NewApiKey): Promise<ApiKeyRecord> {
+  /** Writes an audit entry on `client`, inside the transaction of the change. */
+  private async audit (client: pg.PoolClient, project: ProjectRef, audit: AuditContext, action: AuditAction, target: string,
+    changes: Record<string, AuditChange>, ids: { keyId?: string, endpointId?: string }): Promise<void> {
+    await this.query(client, this.sql.insertAudit, [project.organization, project.project, audit.actor, action,
+      ids.keyId ?? null, ids.endpointId ?? null, target, JSON.stringify(changes)])
+  }
+
+  async createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord> {
+    await this.migrate()
     try {
-      const { rows } = await this.run<KeyRow>(this.sql.insertKey,
-        [randomUUID(), key.organization, key.project, key.prefix, key.hash, key.purpose, key.isActive])
-      return toKey(rows[0])
+      return await this.transaction(async (client) => {
+        const { rows } = await this.query<KeyRow>(client, this.sql.insertKey,
+          [randomUUID(), key.organization, key.project, key.prefix, key.hash, key.purpose, key.isActive, key.expiresAt])
+        const created = toKey(rows[0])
+        await this.audit(client, key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: created.id })
+        return created
+      })
     } catch (err) {
       if (isPrefixTaken(err)) throw new PrefixTakenError()
       throw err
     }
   }
 
-  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null> {
+  /**
+   * Runs `change` on the key, locked, in a transaction, and audits it when
+   * something changed; null when there is no such key.
+   */
+  private async changeKey (project: ProjectRef, keyId: string, audit: AuditContext, action: AuditAction,
+    change: (client: pg.PoolClient, before: ApiKeyRecord) => Promise<{ after: ApiKeyRecord | null, changes: Record<string, AuditChange> }>
+  ): Promise<{ before: ApiKeyRecord, after: ApiKeyRecord | null } | null> {
     if (hasNul(project.organization, project.project, keyId)) return null
-    const { rows } = await this.run<KeyRow>(this.sql.updateKey,
-      [project.organization, project.project, keyId, patch.purpose ?? null, patch.isActive ?? null])
-    return rows.length === 0 ? null : toKey(rows[0])
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const { rows } = await this.query<KeyRow>(client, this.sql.lockKey, [project.organization, project.project, keyId])
+      if (rows.length === 0) return null
+      const before = toKey(rows[0])
+      const { after, changes } = await change(client, before)
+      if (Object.keys(changes).length > 0) await this.audit(client, project, audit, action, (after ?? before).prefix, changes, { keyId })
+      return { before, after }
+    })
   }
 
-  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }): Promise<ApiKeyRecord | null> {
-    if (hasNul(project.organization, project.project, keyId)) return null
+  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null> {
+    const done = await this.changeKey(project, keyId, audit, 'key.updated', async (client, before) => {
+      const { rows } = await this.query<KeyRow>(client, this.sql.updateKey,
+        [project.organization, project.project, keyId, patch.purpose ?? null, patch.isActive ?? null,
+          patch.expiresAt !== undefined, patch.expiresAt ?? null])
+      const after = toKey(rows[0])
+      return { after, changes: keyChanges(before, after) }
+    })
+    return done?.after ?? null
+  }
+
+  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null> {
     try {
-      const { rows } = await this.run<KeyRow>(this.sql.setSecret,
-        [project.organization, project.project, keyId, secret.prefix, secret.hash])
-      return rows.length === 0 ? null : toKey(rows[0])
+      const done = await this.changeKey(project, keyId, audit, 'key.regenerated', async (client, before) => {
+        const { rows } = await this.query<KeyRow>(client, this.sql.setSecret,
+          [project.organization, project.project, keyId, secret.prefix, secret.hash])
+        const after = toKey(rows[0])
+        return { after, changes: { prefix: { from: before.prefix, to: after.prefix } } }
+      })
+      return done?.after ?? null
     } catch (err) {
       if (isPrefixTaken(err)) throw new PrefixTakenError()
       throw err
     }
   }
 
-  async deleteKey (project: ProjectRef, keyId: string): Promise<boolean> {
-    if (hasNul(project.organization, project.project, keyId)) return false
-    return (await this.run(this.sql.deleteKey, [project.organization, project.project, keyId])).rowCount === 1
+  async deleteKey (project: ProjectRef, keyId: string, audit: AuditContext): Promise<boolean> {
+    const done = await this.changeKey(project, keyId, audit, 'key.deleted', async (client, before) => {
+      await this.query(client, this.sql.deleteKey, [project.organization, project.project, keyId])
+      return { after: null, changes: keyChanges(before, null) }
+    })
+    return done !== null
   }
 
   async listEndpoints (project: ProjectRef): Promise<EndpointRecord[]> {
@@ -493,7 +651,7 @@ export class PgStorage implements Storage {
     return rows.length === 0 ? null : toEndpoint(rows[0])
   }
 
-  async putEndpoint (locator: EndpointLocator, keyIds: string[]): Promise<PutEndpointResult> {
+  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult> {
     await this.migrate()
     // An id with NUL is no key's: reported unknown below, never sent.
     const wanted = [...new Set(keyIds)].filter((id) => !hasNul(id))
@@ -515,40 +673,76 @@ export class PgStorage implements Storage {
         endpointId ??= (await this.query<{ id: string }>(client, this.sql.lockEndpoint, where)).rows[0]?.id
       }
       if (endpointId === undefined) throw new Error('endpoint deleted while its keys were being assigned')
-      if (!created) await this.query(client, this.sql.clearAssignments, [endpointId])
+      let before: string[] = []
+      if (!created) {
+        before = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [endpointId])).rows.map((r) => r.key_id)
+        await this.query(client, this.sql.clearAssignments, [endpointId])
+      }
       await this.query(client, this.sql.assign, [endpointId, wanted])
+      const changes = keyIdChanges(before, wanted)
+      if (created || Object.keys(changes).length > 0) {
+        await this.audit(client, locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
+      }
       const { rows } = await this.query<EndpointRow>(client, this.sql.getEndpoint, where)
       return { ok: true, created, endpoint: toEndpoint(rows[0]) }
     })
   }
 
-  async deleteEndpoint (locator: EndpointLocator): Promise<boolean> {
+  async deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean> {
     if (hasNul(locator.organization, locator.project, locator.type)) return false
-    return (await this.run(this.sql.deleteEndpoint, locatorParams(locator))).rowCount === 1
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const endpointId = (await this.query<{ id: string }>(client, this.sql.lockEndpoint, locatorParams(locator))).rows[0]?.id
+      if (endpointId === undefined) return false
+      const before = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [endpointId])).rows.map((r) => r.key_id)
+      await this.query(client, this.sql.deleteEndpoint, locatorParams(locator))
+      await this.audit(client, locator, audit, 'endpoint.deleted', endpointPath(locator), keyIdChanges(before, []), { endpointId })
+      return true
+    })
   }
 
-  async claimIdempotencyKey (endpointId: string, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim> {
+  async listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]> {
+    if (hasNul(project.organization, project.project)) return []
+    const { rows } = await this.run<{ id: string, at: Date, actor: string | null, action: AuditAction, key_id: string | null, endpoint_id: string | null, target: string, changes: Record<string, AuditChange> }>(
+      this.sql.listAudit, [project.organization, project.project, query.before ?? null, query.limit])
+    return rows.map((r) => ({ id: r.id, at: r.at, actor: r.actor, action: r.action, keyId: r.key_id, endpointId: r.endpoint_id, target: r.target, changes: r.changes }))
+  }
+
+  async pruneAudit (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneAudit, [before])).rowCount ?? 0
+  }
+
+  async claimIdempotencyKey (scope: IdempotencyScope, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim> {
     await this.migrate()
     if (Date.now() - this.lastPurge >= PURGE_INTERVAL_MS) {
       this.lastPurge = Date.now()
       await this.query(this.pool, this.sql.purgeIdempotency, [ttlMs])
     }
+    const { endpointId, keyId } = scope
+    // No record for the whole endpoint is made any more, so a live one from
+    // before can only go away: it is answered as it stands.
+    const legacy = await this.query<{ response: string | null }>(this.pool, this.sql.getIdempotency, [endpointId, '', key, ttlMs])
+    if (legacy.rows.length === 1) return { claimed: false, response: legacy.rows[0].response }
     // The insert decides alone, atomically, who owns the key. If the record
     // it met is gone (released or expired) by the time it is read, try again.
     for (;;) {
-      const claim = await this.query(this.pool, this.sql.claimIdempotency, [endpointId, key, ttlMs, token])
+      const claim = await this.query(this.pool, this.sql.claimIdempotency, [endpointId, keyId, key, ttlMs, token])
       if (claim.rowCount === 1) return { claimed: true }
-      const { rows } = await this.query<{ response: string | null }>(this.pool, this.sql.getIdempotency, [endpointId, key, ttlMs])
+      const { rows } = await this.query<{ response: string | null }>(this.pool, this.sql.getIdempotency, [endpointId, keyId, key, ttlMs])
       if (rows.length === 1) return { claimed: false, response: rows[0].response }
     }
   }
 
-  async completeIdempotencyKey (endpointId: string, key: string, response: string): Promise<void> {
-    await this.run(this.sql.completeIdempotency, [endpointId, key, response])
+  async completeIdempotencyKey (scope: IdempotencyScope, key: string, response: string): Promise<void> {
+    await this.run(this.sql.completeIdempotency, [scope.endpointId, scope.keyId, key, response])
   }
 
-  async releaseIdempotencyKey (endpointId: string, key: string, token: string): Promise<boolean> {
-    return (await this.run(this.sql.releaseIdempotency, [endpointId, key, token])).rowCount === 1
+  async releaseIdempotencyKey (scope: IdempotencyScope, key: string, token: string): Promise<boolean> {
+    return (await this.run(this.sql.releaseIdempotency, [scope.endpointId, scope.keyId, key, token])).rowCount === 1
+  }
+
+  async pruneIdempotencyKeys (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneIdempotency, [before])).rowCount ?? 0
   }
 
   /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */

@@ -1,4 +1,4 @@
-import type { ResourceRef } from './dataset-source.js'
+import type { ResourceRef, ResourceSummary } from './dataset-source.js'
 
 // What the host implements to run pipelines from their endpoints.
 
@@ -15,4 +15,6 @@ export interface Pipeline {
 export interface PipelineRunner {
   /** The pipeline at `ref`, or null when it does not exist (404 `Pipeline not found`). */
   getPipeline (ref: ResourceRef): Promise<Pipeline | null>
+  /** Optional: the project's pipelines, by name (as `DatasetSource.listResources`). */
+  listResources? (project: { organization: string, project: string }): Promise<ResourceSummary[]>
 }

@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox'
-import { IdempotencyInProgressError, TooManyFailuresError, VerificationBusyError } from './errors.js'
+import { IdempotencyInProgressError, TarSpoolFullError, TooManyFailuresError, VerificationBusyError } from './errors.js'
+import { AUDIT_ACTIONS, USAGE_OUTCOMES } from './storage.js'
 
 // TypeBox schemas of the management API (DESIGN.md §4). The same schemas
 // validate requests, serialise responses and feed the OpenAPI document.
@@ -35,6 +36,9 @@ const Sequence = Type.String({ pattern: SEQUENCE_PATTERN, description: 'positive
 const PURPOSE_PATTERN = '^(?=\\s*\\S)[^\\u0000-\\u001f\\u007f]*$'
 const Purpose = Type.String({ minLength: 1, maxLength: 200, pattern: PURPOSE_PATTERN })
 
+// An audit entry's id: a positive integer, as storage numbers them.
+const AUDIT_ID_PATTERN = '^[1-9][0-9]{0,17}$'
+
 /**
  * What a value failing each pattern must be. 400 messages say this instead
  * of quoting the regular expression (error-reply.ts).
@@ -42,7 +46,8 @@ const Purpose = Type.String({ minLength: 1, maxLength: 200, pattern: PURPOSE_PAT
 export const PATTERN_MESSAGES: ReadonlyMap<string, string> = new Map([
   [MONIKER_PATTERN, 'must be 1 to 100 letters, digits or ._~-, starting with a letter or digit'],
   [SEQUENCE_PATTERN, `must be a positive integer (1 to ${Number.MAX_SAFE_INTEGER}, no sign, exponent or leading zero)`],
-  [PURPOSE_PATTERN, 'must have a non-space character and no control characters']
+  [PURPOSE_PATTERN, 'must have a non-space character and no control characters'],
+  [AUDIT_ID_PATTERN, 'must be the `next` of an earlier page']
 ])
 
 export const ProjectParams = Type.Object({
@@ -64,14 +69,22 @@ export const EndpointParams = Type.Object({
   resourceSequence: Sequence
 })
 
+// When a key stops working: an ISO 8601 date-time with its offset, in the
+// future (checked by the route), or null for never.
+const ExpiresAt = Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+  description: 'ISO 8601 date-time with an offset (e.g. `2027-01-01T00:00:00Z`), in the future; null: never'
+})
+
 export const CreateKeyBody = Type.Object({
   purpose: Purpose,
-  isActive: Type.Optional(Type.Boolean())
+  isActive: Type.Optional(Type.Boolean()),
+  expiresAt: Type.Optional(ExpiresAt)
 }, { additionalProperties: false })
 
 export const UpdateKeyBody = Type.Object({
   purpose: Type.Optional(Purpose),
-  isActive: Type.Optional(Type.Boolean())
+  isActive: Type.Optional(Type.Boolean()),
+  expiresAt: Type.Optional(ExpiresAt)
 }, { additionalProperties: false })
 
 export const PutEndpointBody = Type.Object({
@@ -84,7 +97,10 @@ export const ApiKey = Type.Object({
   purpose: Type.String(),
   isActive: Type.Boolean(),
   createdAt: Type.String({ format: 'date-time' }),
-  updatedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()])
+  updatedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: 'from this time on the key is inactive; null: never'
+  })
 })
 
 export const ApiKeyWithValue = Type.Object({
@@ -101,6 +117,7 @@ export const Endpoint = Type.Object({
   project: Type.String(),
   modelSequence: Type.Integer(),
   resourceSequence: Type.Integer(),
+  resourceName: Type.Optional(Type.String({ description: 'the dataset\'s or pipeline\'s name, when the host can tell it' })),
   calls: Type.Integer(),
   keys: Type.Array(Type.Object({
     id: Type.String(),
@@ -111,6 +128,66 @@ export const Endpoint = Type.Object({
   createdAt: Type.String({ format: 'date-time' })
 })
 
+export const UsageQuerystring = Type.Object({
+  granularity: Type.Optional(Type.Enum(['hour', 'day'], { description: 'bucket size: UTC hours or UTC days; default hour' })),
+  from: Type.Optional(Type.String({
+    format: 'date-time',
+    description: 'the buckets from the one holding this time; default: `to` less 24 hours (hour) or 30 days (day)'
+  })),
+  to: Type.Optional(Type.String({ format: 'date-time', description: 'up to the buckets that start before this time; default now' })),
+  keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this key\'s requests' })),
+  endpointId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this endpoint\'s requests' }))
+}, { additionalProperties: false })
+
+export const UsageOutcomeSchema = Type.Enum(USAGE_OUTCOMES, {
+  description: '`ok`; `unknown_key`: a wrong secret on a prefix assigned to the endpoint (a guess at that key); ' +
+    '`disabled`; `expired`; with no key: `no_key` (none sent), `unknown_prefix` (malformed, or no key of this endpoint)'
+})
+
+export const UsageAnswer = Type.Object({
+  granularity: Type.Union([Type.Literal('hour'), Type.Literal('day')]),
+  rows: Type.Array(Type.Object({
+    start: Type.String({ format: 'date-time', description: 'the UTC hour or day the bucket starts at' }),
+    endpointId: Type.String(),
+    keyId: Type.Union([Type.String(), Type.Null()]),
+    outcome: UsageOutcomeSchema,
+    count: Type.Integer({ minimum: 1 })
+  }))
+})
+
+export const AuditQuerystring = Type.Object({
+  before: Type.Optional(Type.String({ pattern: AUDIT_ID_PATTERN, description: 'entries older than this one: the `next` of the page before' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, description: 'entries per page, 1 to 500; default 50' }))
+}, { additionalProperties: false })
+
+export const AuditAnswer = Type.Object({
+  items: Type.Array(Type.Object({
+    id: Type.String(),
+    at: Type.String({ format: 'date-time' }),
+    actor: Type.Union([Type.String(), Type.Null()], { description: 'what the host\'s getActor answered; null without one' }),
+    action: Type.Enum(AUDIT_ACTIONS),
+    keyId: Type.Union([Type.String(), Type.Null()]),
+    endpointId: Type.Union([Type.String(), Type.Null()]),
+    target: Type.String({ description: 'the key\'s prefix or the endpoint\'s path, as it read then' }),
+    changes: Type.Record(Type.String(), Type.Object({ from: Type.Unknown(), to: Type.Unknown() }), {
+      description: 'each changed field, old and new: purpose, isActive, expiresAt, prefix of a key; keyIds of an endpoint. Never a key value or hash'
+    })
+  })),
+  next: Type.Union([Type.String(), Type.Null()], { description: 'the `before` of the next page; null on the last' })
+}, { description: 'newest first' })
+
+const ResourceItemSchema = Type.Object({
+  type: Type.Union([Type.Literal('dataset'), Type.Literal('pipeline')]),
+  modelSequence: Type.Integer(),
+  resourceSequence: Type.Integer(),
+  name: Type.String()
+})
+
+export const ResourcesAnswer = Type.Object({
+  items: Type.Array(ResourceItemSchema, { description: 'by model, type, then resource sequence; empty when the host does not list them' })
+})
+
+export type ResourceItem = Static<typeof ResourceItemSchema>
 export type ApiKeyBody = Static<typeof ApiKey>
 export type EndpointBody = Static<typeof Endpoint>
 
@@ -192,7 +269,12 @@ export const DatasetResponses = {
   404: errorBody('`Not found` (a sequence that is not a positive integer) or `Dataset not found`'),
   405: WrongMethod,
   429: TooMany,
-  500: errorBody('`Unknown download format <value>, supported formats = json|sql|csv-zip|json-zip|oracle-loader`, or the server\'s message')
+  500: errorBody('`Unknown download format <value>, supported formats = json|sql|csv-zip|json-zip|oracle-loader`, or the server\'s message'),
+  503: Type.Object({ message: Type.String() }, {
+    description: `${quoted(TarSpoolFullError)}: archiveType=tar holds each entry on disk until its size is known, ` +
+      'and the disk budget for that (option `tarSpool.maxBytes`) is taken by other downloads or is smaller than the entry',
+    headers: RetryAfterHeader
+  })
 }
 
 export const JobReference = Type.Object({

@@ -29,6 +29,8 @@ export interface ApiKeyRecord {
   createdAt: Date
   /** last successful authentication; null before the first */
   updatedAt: Date | null
+  /** from this time on the key is inactive (DESIGN.md §4.1); null: never */
+  expiresAt: Date | null
 }
 
 export interface NewApiKey extends ProjectRef {
@@ -36,11 +38,14 @@ export interface NewApiKey extends ProjectRef {
   hash: string
   purpose: string
   isActive: boolean
+  expiresAt: Date | null
 }
 
 export interface ApiKeyPatch {
   purpose?: string
   isActive?: boolean
+  /** null removes the expiry */
+  expiresAt?: Date | null
 }
 
 export interface EndpointKeySummary {
@@ -60,8 +65,29 @@ export interface EndpointRecord extends EndpointLocator {
 /** What verification needs, read in one query on every data request. */
 export interface EndpointKeyLookup {
   endpointId: string
-  /** the key with the supplied prefix, only if it is assigned to this endpoint */
-  key: { id: string, hash: string, isActive: boolean } | null
+  /**
+   * the key with the supplied prefix, only if it is assigned to this
+   * endpoint; `expiresAt` in milliseconds since the epoch, null for never
+   */
+  key: { id: string, hash: string, isActive: boolean, expiresAt: number | null } | null
+}
+
+/**
+ * What became of a data request's key (DESIGN.md §4.1): `ok`, or a refusal.
+ * `unknown_key` is a wrong secret on a prefix assigned to the endpoint (a
+ * guess at that key); `no_key` and `unknown_prefix` name no key.
+ */
+export const USAGE_OUTCOMES = ['ok', 'unknown_key', 'disabled', 'expired', 'no_key', 'unknown_prefix'] as const
+export type UsageOutcome = typeof USAGE_OUTCOMES[number]
+
+/** Requests to one endpoint in one UTC hour with one key (or none) and outcome. */
+export interface UsageCount {
+  /** the hour's start, in milliseconds since the epoch */
+  hour: number
+  endpointId: string
+  keyId: string | null
+  outcome: UsageOutcome
+  count: number
 }
 
 /** Counter increments and last-used times gathered between two flushes. */
@@ -70,6 +96,75 @@ export interface UsageBatch {
   calls: Map<string, number>
   /** key id -> time of its latest successful authentication */
   lastUsed: Map<string, Date>
+  /** requests by hour, endpoint, key and outcome, to add to the usage history; any key */
+  counts: Map<string, UsageCount>
+}
+
+export interface UsageQuery {
+  granularity: 'hour' | 'day'
+  /** buckets that start at or after `from` and before `to` */
+  from: Date
+  to: Date
+  keyId?: string
+  endpointId?: string
+  /** at most this many rows */
+  limit: number
+}
+
+/** One bucket of the usage history, as the usage route answers it. */
+export interface UsageRow {
+  /** the UTC hour or day the bucket starts at */
+  start: Date
+  endpointId: string
+  keyId: string | null
+  outcome: UsageOutcome
+  count: number
+}
+
+/** Who made a management change, for its audit entry: what the host's `getActor` answered. */
+export interface AuditContext {
+  actor: string | null
+}
+
+export const AUDIT_ACTIONS = ['key.created', 'key.updated', 'key.regenerated', 'key.deleted',
+  'endpoint.created', 'endpoint.updated', 'endpoint.deleted'] as const
+export type AuditAction = typeof AUDIT_ACTIONS[number]
+
+/** A field's value before and after a change (null where there was none). */
+export interface AuditChange {
+  from: unknown
+  to: unknown
+}
+
+/**
+ * One management change, written in the same transaction as the change.
+ * Key changes name the key's fields (purpose, isActive, expiresAt, prefix);
+ * endpoint changes its `keyIds`. Never a key value or hash.
+ */
+export interface AuditEntry {
+  /** increasing with time; the cursor of `listAudit` */
+  id: string
+  at: Date
+  actor: string | null
+  action: AuditAction
+  keyId: string | null
+  endpointId: string | null
+  /** what was changed, as it read then: the key's prefix, or the endpoint's path */
+  target: string
+  /** only the fields that changed */
+  changes: Record<string, AuditChange>
+}
+
+export interface AuditQuery {
+  /** entries older than this one (an `id` from an earlier page) */
+  before?: string
+  limit: number
+}
+
+/** Where an Idempotency-Key is remembered: per endpoint and per API key. */
+export interface IdempotencyScope {
+  endpointId: string
+  keyId: string
 }
 
 export type PutEndpointResult =
@@ -105,42 +200,64 @@ export interface Storage {
    * `fate()` says whether it was written, so it is never counted twice.
    */
   applyUsage (batch: UsageBatch): Promise<void>
+  /**
+   * The usage history of the project's endpoints, by hour or by UTC day,
+   * ordered by start, endpoint id, key id (none first) and outcome; only
+   * buckets with a count. An endpoint's history goes with the endpoint; a
+   * deleted key's stays.
+   */
+  queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]>
+  /** Deletes history buckets that start before `before`; answers how many. */
+  pruneUsage (before: Date): Promise<number>
+
+  // Every change below writes its audit entry (`AuditEntry`) in the same
+  // transaction, with `audit.actor`; a call that changes nothing writes none.
 
   /** The project's keys, oldest first. */
   listKeys (project: ProjectRef): Promise<ApiKeyRecord[]>
   getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null>
   /** @throws PrefixTakenError */
-  createKey (key: NewApiKey): Promise<ApiKeyRecord>
-  updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch): Promise<ApiKeyRecord | null>
+  createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord>
+  updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null>
   /** New prefix and hash for a key; assignments stay. @throws PrefixTakenError */
-  replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }): Promise<ApiKeyRecord | null>
+  replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null>
   /** Deletes a key and its assignments; endpoints stay. */
-  deleteKey (project: ProjectRef, keyId: string): Promise<boolean>
+  deleteKey (project: ProjectRef, keyId: string, audit: AuditContext): Promise<boolean>
 
   /** The project's endpoints, by model sequence, type, then resource sequence. */
   listEndpoints (project: ProjectRef): Promise<EndpointRecord[]>
   getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null>
   /** Creates the endpoint or replaces its keys, all or nothing. */
-  putEndpoint (locator: EndpointLocator, keyIds: string[]): Promise<PutEndpointResult>
+  putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult>
   /** Deletes an endpoint and its assignments; keys stay. */
-  deleteEndpoint (locator: EndpointLocator): Promise<boolean>
+  deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean>
+
+  /** The project's audit entries, newest first. */
+  listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]>
+  /** Deletes audit entries made before `before`; answers how many. */
+  pruneAudit (before: Date): Promise<number>
 
   /**
-   * Claims `key` on an endpoint. A record older than `ttlMs` counts as absent.
-   * Two concurrent claims of the same key: exactly one gets `claimed: true`,
-   * and the record it writes keeps `token`, a random id the caller made for
-   * this call, so that the caller can release it without knowing the answer.
+   * Claims `key` for an endpoint and API key: another API key's same
+   * Idempotency-Key is another record. A record older than `ttlMs` counts as
+   * absent. Two concurrent claims of the same key: exactly one gets
+   * `claimed: true`, and the record it writes keeps `token`, a random id the
+   * caller made for this call, so that the caller can release it without
+   * knowing the answer. (Records from before keys scoped them hold for the
+   * whole endpoint until they expire.)
    */
-  claimIdempotencyKey (endpointId: string, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim>
+  claimIdempotencyKey (scope: IdempotencyScope, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim>
   /** Stores the response body of a claimed key. */
-  completeIdempotencyKey (endpointId: string, key: string, response: string): Promise<void>
+  completeIdempotencyKey (scope: IdempotencyScope, key: string, response: string): Promise<void>
   /**
    * Deletes the record of `key` only if `token` claimed it and it has no
    * response; true when it did. The plugin calls it when a run did not start,
    * and also when the claim call itself failed, not knowing whether the claim
    * was written: it must never touch a record another token claimed.
    */
-  releaseIdempotencyKey (endpointId: string, key: string, token: string): Promise<boolean>
+  releaseIdempotencyKey (scope: IdempotencyScope, key: string, token: string): Promise<boolean>
+  /** Deletes idempotency records made before `before`, answered or held; answers how many. */
+  pruneIdempotencyKeys (before: Date): Promise<number>
 
   close (): Promise<void>
 }

@@ -1,11 +1,16 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Storage, UsageBatch } from './storage.js'
+import type { Storage, UsageBatch, UsageOutcome } from './storage.js'
+import { bucketStart, countId, HOUR_MS } from './usage-buckets.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
 interface InDoubt { batch: UsageBatch, fate: () => Promise<UsageFate> }
 
 function emptyBatch (): UsageBatch {
-  return { calls: new Map(), lastUsed: new Map() }
+  return { calls: new Map(), lastUsed: new Map(), counts: new Map() }
+}
+
+function isEmpty (batch: UsageBatch): boolean {
+  return batch.calls.size === 0 && batch.lastUsed.size === 0 && batch.counts.size === 0
 }
 
 function callsIn (batch: UsageBatch): number {
@@ -15,8 +20,9 @@ function callsIn (batch: UsageBatch): number {
 }
 
 /**
- * Gathers `calls` increments and key last-used times in memory and writes them
- * in one transaction per interval, so a request costs no write. A failed write
+ * Gathers `calls` increments, key last-used times and the hourly usage
+ * history's counts in memory and writes them in one transaction per
+ * interval, so a request costs no write. A failed write
  * is merged back and retried at the next flush; `close` flushes what is left.
  * A write whose outcome is unknown (UsageInDoubtError) is kept aside, and
  * nothing more is written until storage tells whether it took effect.
@@ -30,16 +36,34 @@ export class UsageRecorder {
   constructor (
     private readonly storage: Storage,
     intervalMs: number,
-    private readonly log: FastifyBaseLogger
+    private readonly log: FastifyBaseLogger,
+    /** told of every failed write (for metrics) */
+    private readonly onFailure: () => void = () => {}
   ) {
     this.timer = setInterval(() => { this.flush().catch(() => {}) }, intervalMs)
     this.timer.unref()
   }
 
+  /** A successful authentication: `calls`, the key's last use and an `ok` count. */
   record (endpointId: string, keyId: string): void {
+    const now = Date.now()
     const { calls, lastUsed } = this.batch
     calls.set(endpointId, (calls.get(endpointId) ?? 0) + 1)
-    lastUsed.set(keyId, new Date())
+    lastUsed.set(keyId, new Date(now))
+    this.count(now, endpointId, keyId, 'ok')
+  }
+
+  /** A refused request to an endpoint that exists, for its usage history. */
+  recordRefusal (endpointId: string, keyId: string | null, outcome: Exclude<UsageOutcome, 'ok'>): void {
+    this.count(Date.now(), endpointId, keyId, outcome)
+  }
+
+  private count (now: number, endpointId: string, keyId: string | null, outcome: UsageOutcome): void {
+    const hour = bucketStart(now, HOUR_MS)
+    const id = countId(hour, endpointId, keyId, outcome)
+    const seen = this.batch.counts.get(id)
+    if (seen === undefined) this.batch.counts.set(id, { hour, endpointId, keyId, outcome, count: 1 })
+    else seen.count++
   }
 
   /** Number of increments not yet written. */
@@ -56,19 +80,20 @@ export class UsageRecorder {
   async flush (): Promise<void> {
     // One write at a time; a flush asked for during a write runs after it.
     while (this.flushing !== null) await this.flushing.catch(() => {})
-    if (this.inDoubt === null && this.batch.calls.size === 0 && this.batch.lastUsed.size === 0) return
+    if (this.inDoubt === null && isEmpty(this.batch)) return
     this.flushing = this.write().finally(() => { this.flushing = null })
     return this.flushing
   }
 
   private async write (): Promise<void> {
     if (this.inDoubt !== null) await this.settle(this.inDoubt)
-    if (this.batch.calls.size === 0 && this.batch.lastUsed.size === 0) return
+    if (isEmpty(this.batch)) return
     const batch = this.batch
     this.batch = emptyBatch()
     try {
       await this.storage.applyUsage(batch)
     } catch (err) {
+      this.onFailure()
       if (err instanceof UsageInDoubtError) {
         this.inDoubt = { batch, fate: err.fate }
         this.log.error({ err }, 'fastify-data-endpoints: usage counters perhaps not written, will find out before retrying')
@@ -100,6 +125,11 @@ export class UsageRecorder {
     for (const [id, at] of failed.lastUsed) {
       const newer = this.batch.lastUsed.get(id)
       if (newer === undefined || newer < at) this.batch.lastUsed.set(id, at)
+    }
+    for (const [id, c] of failed.counts) {
+      const seen = this.batch.counts.get(id)
+      if (seen === undefined) this.batch.counts.set(id, c)
+      else seen.count += c.count
     }
   }
 

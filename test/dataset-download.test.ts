@@ -305,9 +305,11 @@ async function until (condition: () => boolean, ms = 10_000): Promise<boolean> {
   return condition()
 }
 
-/** The tar spool directories still in the OS temporary directory, after they had up to 5 s to go. */
+/** This process's tar spool folders still in the OS temporary directory, after they had up to 5 s to go. */
 async function leftoverTempDirs (): Promise<string[]> {
-  const list = async (): Promise<string[]> => (await readdir(tmpdir())).filter((name) => name.startsWith('fastify-data-endpoints-'))
+  // (Other processes, such as test files running alongside, have their own.)
+  const ours = `fastify-data-endpoints-spool-${process.pid}-`
+  const list = async (): Promise<string[]> => (await readdir(tmpdir())).filter((name) => name.startsWith(ours))
   const end = Date.now() + 5000
   while ((await list()).length > 0 && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 20))
   return list()

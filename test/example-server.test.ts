@@ -1,4 +1,7 @@
 import { randomUUID } from 'node:crypto'
+import { once } from 'node:events'
+import { get as httpGet, type IncomingMessage } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import type { FastifyRequest } from 'fastify'
@@ -8,7 +11,7 @@ import { buildExampleApp } from '../examples/app.js'
 import { readConfig } from '../examples/config.js'
 import { createDemoKey, firstStartDemoKey } from '../examples/demo-key.js'
 import { INTERRUPTED, SampleJobs } from '../examples/jobs.js'
-import { openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData } from '../examples/sample-datasets.js'
+import { IDLE_STATEMENTS_PER_ENTITY, openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData, SMALL_ENTITY_ROWS } from '../examples/sample-datasets.js'
 import { logLines, pasteCurl, startServer, tempDir, type Curl } from './example-process.js'
 import { freshSchema, pgAvailable } from './pg.js'
 
@@ -246,9 +249,8 @@ t.test('sample datasets stream from SQLite', async (t) => {
   const file = join(dir, 'example.db')
   const db = openExampleDatabase(file)
   t.teardown(() => db.close())
-  const started = Date.now()
   seedSampleData(db, 100_000)
-  t.ok(Date.now() - started < 3000, `100000 events generated in ${Date.now() - started} ms`)
+  t.same(db.prepare('SELECT count(*) AS n FROM events').get(), { n: 100_000 }, '100000 events generated')
   const datasets = new SampleDatasets(file)
   t.teardown(() => datasets.close())
   const ref = { ...SAMPLE_MODEL, resourceSequence: 2 }
@@ -259,32 +261,142 @@ t.test('sample datasets stream from SQLite', async (t) => {
   t.equal(await datasets.getDataset({ ...ref, resourceSequence: 3 }), null, 'dataset 3 does not exist')
   t.equal(await datasets.getDataset({ ...ref, project: 'other' }), null, 'nor dataset 2 of another project')
 
-  const count = async (limit: number | undefined, abortAfter?: number): Promise<number> => {
-    const controller = new AbortController()
+  // A plain iterable: read without an await per row (lib/dataset-source.ts).
+  const count = (limit: number | undefined, leaveAfter?: number): number => {
     const ids: unknown[] = []
-    for await (const row of events.rows('events', { limit, signal: controller.signal })) {
+    const rows = events.rows('events', { limit, signal: new AbortController().signal }) as Iterable<readonly unknown[]>
+    t.equal(typeof (rows as Partial<AsyncIterable<unknown>>)[Symbol.asyncIterator], 'undefined', 'rows() returns a plain iterable')
+    for (const row of rows) {
       ids.push(row[0])
-      if (ids.length === abortAfter) controller.abort()
+      if (ids.length === leaveAfter) break
     }
     t.same(ids, ids.map((_, i) => i + 1), 'rows come in id order')
     return ids.length
   }
-  t.equal(await count(5), 5, 'the source honours limit')
-  t.equal(await count(undefined, 10), 10, 'and stops reading when the signal aborts')
+  t.equal(count(5), 5, 'the source honours limit')
+  t.equal(count(SMALL_ENTITY_ROWS), SMALL_ENTITY_ROWS, 'a limit that a small read serves')
+  t.equal(count(SMALL_ENTITY_ROWS + 1), SMALL_ENTITY_ROWS + 1, 'a limit just beyond it, streamed')
+  t.equal(count(undefined, 10), 10, 'and stops reading when the reader leaves')
+  t.same(datasets.statementCounts(2, 'events'), { prepared: 1, idle: 1 },
+    'one statement served every read, and went back to the pool each time, whether the rows ended or the reader left')
 
-  // Two streams at once, and a write on the other connection while they are open.
-  // (rows() may return a plain iterable too; this source's is async.)
-  const a = (events.rows('events', { signal: new AbortController().signal }) as AsyncIterable<readonly unknown[]>)[Symbol.asyncIterator]()
-  const b = (events.rows('events', { signal: new AbortController().signal }) as AsyncIterable<readonly unknown[]>)[Symbol.asyncIterator]()
-  t.same([(await a.next()).value?.[0], (await b.next()).value?.[0], (await a.next()).value?.[0]], [1, 1, 2])
+  // Two reads of one entity at once, interleaved: a statement still iterating
+  // is never handed out again (better-sqlite3 would refuse it as busy).
+  const iterate = (): Iterator<readonly unknown[]> =>
+    (events.rows('events', { signal: new AbortController().signal }) as Iterable<readonly unknown[]>)[Symbol.iterator]()
+  const a = iterate()
+  const b = iterate()
+  t.same([a.next().value?.[0], b.next().value?.[0], a.next().value?.[0], b.next().value?.[0]], [1, 1, 2, 2])
+  t.same(datasets.statementCounts(2, 'events'), { prepared: 2, idle: 0 }, 'each read holds its own statement')
+  // A write on the other connection while both are open (WAL).
   const jobs = new SampleJobs(db)
   await (await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 1 }))?.start(randomUUID())
   jobs.close()
-  await a.return?.()
-  await b.return?.()
+  a.return?.()
+  b.return?.()
+  t.same(datasets.statementCounts(2, 'events'), { prepared: 2, idle: 2 }, 'both went back when their readers left')
+
+  // More reads at once than the pool keeps idle: it never grows past its bound.
+  const many = Array.from({ length: IDLE_STATEMENTS_PER_ENTITY + 3 }, iterate)
+  t.same(many.map((it) => it.next().value?.[0]), many.map(() => 1))
+  for (const it of many) it.return?.()
+  t.same(datasets.statementCounts(2, 'events'), { prepared: IDLE_STATEMENTS_PER_ENTITY + 3, idle: IDLE_STATEMENTS_PER_ENTITY },
+    'the statements beyond the bound were dropped')
+  t.equal(count(3), 3, 'and reads go on from the pool')
+  t.equal(datasets.statementCounts(2, 'events').prepared, IDLE_STATEMENTS_PER_ENTITY + 3, 'with no new statement')
+  t.throws(() => events.rows('nothing', { signal: new AbortController().signal }), /no entity nothing/)
 
   seedSampleData(db, 20)
-  t.equal(await count(undefined), 20, 'a new EVENTS_ROWS regenerates the events')
+  t.equal(count(undefined), 20, 'a new EVENTS_ROWS regenerates the events, and the pooled statements see them')
+  // Either side of the size read in one call: every row, once, in order.
+  for (const rows of [SMALL_ENTITY_ROWS, SMALL_ENTITY_ROWS + 1]) {
+    seedSampleData(db, rows)
+    t.equal(count(undefined), rows, `${rows} rows`)
+  }
+  const sales = await datasets.getDataset({ ...ref, resourceSequence: 1 })
+  const customers = sales?.rows('customers', { limit: undefined, signal: new AbortController().signal }) as Iterable<readonly unknown[]>
+  t.same([...customers].map((row) => row[0]), [1, 2, 3, 4, 5, 6], 'a small entity, whole')
+  t.same(datasets.statementCounts(1, 'customers'), { prepared: 1, idle: 1 }, 'read with one pooled statement, given back at once')
+})
+
+t.test('concurrent downloads of one entity over HTTP, some cut off: no busy statement, the pool stays bounded', async (t) => {
+  // 14 MB of json per download: far more than loopback buffers hold, so a
+  // client that stops reading keeps its download, and its statement, open.
+  const app = await buildExampleApp({ dataDir: tempDir(t), adminToken: 'admin', eventsRows: 100_000, logLevel: 'silent' })
+  t.teardown(() => app.close())
+  const demo = await createDemoKey(app, 'admin')
+  if (demo === null) throw new Error('no demo key')
+  const assigned = await app.inject({
+    method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/2', headers: { authorization: 'Bearer admin' }, payload: { keyIds: [demo.id] }
+  })
+  t.equal(assigned.statusCode, 201)
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as AddressInfo
+  const counts = (): { prepared: number, idle: number } => app.sampleDatasets.statementCounts(2, 'events')
+
+  /** A download that stops reading after its first bytes until told to go on (or to leave). */
+  const download = (query: string): { started: Promise<void>, resume: () => Promise<{ status: number, body: string }>, leave: () => void } => {
+    const chunks: Buffer[] = []
+    let response: IncomingMessage | undefined
+    let ended: Promise<unknown> | undefined
+    const request = httpGet({ host: '127.0.0.1', port, path: `/api/acme/shop/model/1/dataset/2?${query}`, headers: { authorization: `Bearer ${demo.key}` }, agent: false })
+    const started = new Promise<void>((resolve, reject) => {
+      request.once('error', reject)
+      request.once('response', (res) => {
+        response = res
+        // Listened for at once: a short body may end while paused.
+        ended = once(res, 'end')
+        ended.catch(() => {}) // a download the client leaves ends with an error
+        res.on('data', (chunk: Buffer) => {
+          if (chunks.push(chunk) === 1) {
+            res.pause()
+            resolve()
+          }
+        })
+      })
+    })
+    return {
+      started,
+      resume: async () => {
+        if (response === undefined) throw new Error('not started')
+        response.resume()
+        await ended
+        return { status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString() }
+      },
+      leave: () => { request.destroy() }
+    }
+  }
+  const idsOf = (body: string): number[] => (JSON.parse(body) as { events: Array<{ id: number }> }).events.map((e) => e.id)
+
+  // Twelve at once, all open together: each holds a statement of its own.
+  const open = Array.from({ length: 12 }, () => download('format=json'))
+  await Promise.all(open.map((d) => d.started))
+  t.same(counts(), { prepared: 12, idle: 0 }, 'twelve downloads open at once, each on its own statement')
+  // Half are cut off by their client, half read to the end.
+  for (const d of open.slice(0, 6)) d.leave()
+  const finished = await Promise.all(open.slice(6).map(async (d) => d.resume()))
+  for (const { status, body } of finished) {
+    t.equal(status, 200)
+    const ids = idsOf(body)
+    t.ok(ids.length === 100_000 && ids.every((id, i) => id === i + 1), 'a whole download, every row once, in order')
+  }
+  // The cut-off ones give their statements back once the server sees the close.
+  // (Waited for, up to a deadline far beyond need, so that a leak fails with the counts.)
+  for (let waited = 0; counts().idle < IDLE_STATEMENTS_PER_ENTITY && waited < 30_000; waited += 20) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  t.same(counts(), { prepared: 12, idle: IDLE_STATEMENTS_PER_ENTITY }, 'all came back; the pool kept its bound and dropped the rest')
+
+  // More downloads still work, from the pool, with and without a limit.
+  const more = await Promise.all(['format=json&limit=3', 'format=json', 'format=csv-zip&limit=10'].map(async (query) => {
+    const d = download(query)
+    await d.started
+    return d.resume()
+  }))
+  t.same(more.map((r) => r.status), [200, 200, 200])
+  t.same(idsOf(more[0].body), [1, 2, 3], 'limit honoured')
+  t.equal(idsOf(more[1].body).length, 100_000)
+  t.same(counts(), { prepared: 12, idle: IDLE_STATEMENTS_PER_ENTITY }, 'no new statement was prepared')
 })
 
 t.test('jobs: timers are cleared on close, unfinished runs fail', async (t) => {
@@ -329,6 +441,27 @@ t.test('buildExampleApp in process: close stops running jobs, restart keeps data
   t.match(job.json(), { job_id: jobId, status: 'failed', error: INTERRUPTED }, 'the run cut short by close is failed')
   const keys = await reopened.inject({ method: 'GET', url: '/api-keys/acme/shop/keys', headers: { authorization: 'Bearer in-process' } })
   t.same(keys.json<Array<{ prefix: string }>>().map((k) => k.prefix), [demo.prefix], 'the key is kept')
+})
+
+t.test('GET /metrics: the plugin\'s metrics and Node\'s, to the admin token only', async (t) => {
+  const config = { dataDir: join(tempDir(t), 'data'), adminToken: 'metrics-admin', eventsRows: 10, logLevel: 'silent' }
+  const app = await buildExampleApp(config)
+  t.teardown(() => app.close())
+  const demo = await createDemoKey(app, config.adminToken)
+  if (demo === null) throw new Error('no demo key on empty storage')
+  await app.inject({ url: '/api/acme/shop/model/1/dataset/1?format=json', headers: { authorization: `Bearer ${demo.key}` } })
+  await app.inject({ url: '/api/acme/shop/model/1/dataset/1?format=json', headers: { authorization: `Bearer ${demo.key.slice(0, 11)}${'x'.repeat(21)}` } })
+  for (const headers of [{}, { authorization: 'Bearer wrong' }, { authorization: `Bearer ${demo.key}` }]) {
+    const refused = await app.inject({ url: '/metrics', headers })
+    t.same([refused.statusCode, refused.json()], [403, { message: 'Not authorized' }], 'refused without the admin token')
+  }
+  const res = await app.inject({ url: '/metrics', headers: { authorization: 'Bearer metrics-admin' } })
+  t.equal(res.statusCode, 200)
+  t.match(res.headers['content-type'], /^text\/plain/)
+  t.match(res.body, /^data_endpoints_requests_total\{route="dataset",status="200",reason="ok"\} 1$/m)
+  t.match(res.body, /^data_endpoints_requests_total\{route="dataset",status="403",reason="unknown_key"\} 1$/m)
+  t.match(res.body, /^process_cpu_user_seconds_total /m, 'Node\'s own metrics too')
+  t.notOk(res.body.includes(demo.key.slice(11)), 'no key in the metrics')
 })
 
 t.test('the demo key is made by the first start that gets that far, and by no other', async (t) => {

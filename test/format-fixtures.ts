@@ -1,8 +1,13 @@
 import fc from 'fast-check'
+import { rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { Readable } from 'node:stream'
 import type { Column, Dataset, DatasetSource, Entity, ResourceRef, Row, RowsOptions } from '../lib/index.js'
 import type { ArchiveType, DownloadSpec } from '../lib/formats/index.js'
 import { DownloadAbort } from '../lib/download-abort.js'
+import { Pace } from '../lib/formats/pace.js'
+import { TarSpool } from '../lib/formats/tar-spool.js'
+import { DEFAULTS } from '../lib/options.js'
 
 // Datasets for the format tests: an entity with every column type, random
 // rows full of values that break naive exporters (fast-check), and row
@@ -44,6 +49,11 @@ export function datasetOf (name: string, entities: Array<Entity & { rows: Row[] 
   }
 }
 
+// The spool of the formats called directly, as the plugin's would be; its
+// folder (made only if an entry outgrows memory) goes when the process ends.
+const tarSpool = new TarSpool({ directory: tmpdir(), ...DEFAULTS.tarSpool })
+process.once('exit', () => { rmSync(tarSpool.folder, { recursive: true, force: true }) })
+
 /** A DownloadSpec for calling a format directly. */
 export function specOf (dataset: Dataset, options: { limit?: number, archiveType?: ArchiveType, entities?: readonly Entity[] } = {}): DownloadSpec {
   return {
@@ -51,7 +61,10 @@ export function specOf (dataset: Dataset, options: { limit?: number, archiveType
     entities: options.entities ?? dataset.entities,
     limit: options.limit,
     archiveType: options.archiveType ?? 'zip',
-    abort: new DownloadAbort()
+    tarSpool,
+    responseStarted: false,
+    abort: new DownloadAbort(),
+    pace: new Pace()
   }
 }
 

@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import t from 'tap'
 import {
-  bigintText, binaryValue, booleanValue, canonicalText, dateText, decimalText, floatValue, integerValue, jsonText,
+  bigintText, binaryValue, booleanValue, canonicalText, dateText, decimalText, floatText, floatValue, integerValue, jsonText,
   textValue, timestampText
 } from '../lib/formats/values.js'
 
@@ -78,6 +78,13 @@ t.test('float: finite doubles; NaN and infinities are NULL', async (t) => {
   t.equal(canonicalText({ name: 'f', type: 'float' })(1e21), '1e+21')
 })
 
+t.test('float text: what String(n) writes, for every finite double', async (t) => {
+  fc.assert(fc.property(fc.double({ noNaN: true, noDefaultInfinity: true }), (n) => floatText(n) === String(n)))
+  t.equal(floatText(5e-324), '5e-324')
+  t.equal(floatText(-0), '0')
+  t.equal(floatText(0.1 + 0.2), '0.30000000000000004')
+})
+
 t.test('text and varchar(n): n counts characters, not UTF-16 units', async (t) => {
   const v = textValue(3)
   t.equal(v('😀😀😀'), '😀😀😀', 'three emoji are three characters')
@@ -121,6 +128,38 @@ t.test('timestamp: ISO 8601 in UTC, milliseconds to microseconds', async (t) => 
     t.throws(() => zoned(bad), REFUSED, `refuses ${String(bad)}`)
   }
 })
+
+t.test('timestamp: canonical UTC text is taken as it is exactly when it names a real instant', async (t) => {
+  // The fast path for 'YYYY-MM-DDTHH:MM:SS.sssZ' against Date's own reading
+  // of the text, on fields around their limits and with stray characters.
+  const zoned = timestampText(true)
+  const local = timestampText(false)
+  const field = (max: number, width = 2): fc.Arbitrary<string> => fc.integer({ min: 0, max }).map((n) => String(n).padStart(width, '0'))
+  const canonical = fc.tuple(fc.oneof(field(9999, 4), fc.constantFrom('0000', '0001', '1900', '2000', '2023', '2024', '9999')),
+    field(13), field(32), field(24), field(60), field(60), field(999, 3))
+    .map(([y, mo, d, h, mi, s, ms]) => `${y}-${mo}-${d}T${h}:${mi}:${s}.${ms}Z`)
+  const mutated = fc.tuple(canonical, fc.nat(23), fc.constantFrom('0', '9', ':', '-', '.', 'T', 'Z', ' ', '/', 'a', '٣'))
+    .map(([text, i, c]) => text.slice(0, i) + c + text.slice(i + 1))
+  const shape = /^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$/
+  fc.assert(fc.property(fc.oneof(canonical, mutated), (text) => {
+    const out = valueOrRefused(() => zoned(text))
+    if (!shape.test(text)) return out !== text // other text is rewritten or refused, never passed through
+    const real = !text.startsWith('0000') && !Number.isNaN(Date.parse(text)) && new Date(text).toISOString() === text
+    return real ? out === text && local(text) === text.slice(0, 23) : out === REFUSED_VALUE
+  }), { numRuns: 5000 })
+  t.pass('the fast path agrees with Date')
+})
+
+const REFUSED_VALUE = Symbol('refused')
+
+function valueOrRefused (f: () => unknown): unknown {
+  try {
+    return f()
+  } catch (err) {
+    if (err instanceof Error && err.name === 'ValueError') return REFUSED_VALUE
+    throw err
+  }
+}
 
 t.test('binary and json', async (t) => {
   t.same(binaryValue(new Uint8Array([1, 2, 255])), Buffer.from([1, 2, 255]))

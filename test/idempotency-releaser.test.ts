@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
 import t from 'tap'
 import { IdempotencyReleaser } from '../lib/idempotency-releaser.js'
-import type { Storage } from '../lib/storage.js'
+import type { IdempotencyScope, Storage } from '../lib/storage.js'
 import { assignKeys, buildApp, createKey, PIPELINE_URL } from './helper.js'
 
 // The background release of Idempotency-Key claims whose call started no run
@@ -10,6 +10,8 @@ import { assignKeys, buildApp, createKey, PIPELINE_URL } from './helper.js'
 // in memory, stopped at close.
 
 type Outcome = boolean | Error
+
+const SCOPE: IdempotencyScope = { endpointId: 'e', keyId: 'k' }
 
 /** A storage whose releases answer `outcomes` in turn (the last one over and over), and a log. */
 function fakes (outcomes: Outcome[]): { storage: Storage, log: FastifyBaseLogger, attempts: () => number, errors: string[] } {
@@ -33,7 +35,7 @@ t.test('an answer that fails to store is retried until stored, and given up on w
   const stored: string[] = []
   const errors: string[] = []
   const storage = {
-    async completeIdempotencyKey (_e: string, _k: string, response: string) {
+    async completeIdempotencyKey (_e: IdempotencyScope, _k: string, response: string) {
       if (++attempts < 3) throw away
       stored.push(response)
     }
@@ -41,7 +43,7 @@ t.test('an answer that fails to store is retried until stored, and given up on w
   const log = { error: (_: unknown, message: string) => { errors.push(message) } } as unknown as FastifyBaseLogger
   const releaser = new IdempotencyReleaser(storage, log, [10, 10, 10])
   t.teardown(() => releaser.close())
-  await releaser.complete('e', 'k', 'token', '{"job_id":"1"}')
+  await releaser.complete(SCOPE, 'k', 'token', '{"job_id":"1"}')
   await sleep(100)
   t.same(stored, ['{"job_id":"1"}'], 'stored on the third attempt')
   t.equal(releaser.size, 0)
@@ -50,7 +52,7 @@ t.test('an answer that fails to store is retried until stored, and given up on w
   const never = { async completeIdempotencyKey () { throw away } } as unknown as Storage
   const giving = new IdempotencyReleaser(never, log, [10, 10])
   t.teardown(() => giving.close())
-  await giving.complete('e', 'k', 'token', 'body')
+  await giving.complete(SCOPE, 'k', 'token', 'body')
   await sleep(100)
   t.equal(giving.size, 0)
   t.match(errors, [/answer not stored; the key stays held until idempotencyTtl/])
@@ -60,7 +62,7 @@ t.test('a release that fails, or finds nothing yet, is retried until it releases
   const f = fakes([away, false, true])
   const releaser = new IdempotencyReleaser(f.storage, f.log, [10, 10, 10, 10])
   t.teardown(() => releaser.close())
-  await releaser.release('e', 'k', 'token')
+  await releaser.release(SCOPE, 'k', 'token')
   t.equal(releaser.size, 1, 'kept for the background')
   await sleep(100)
   t.equal(f.attempts(), 3, 'no attempt after the release')
@@ -72,7 +74,7 @@ t.test('a release that succeeds at once keeps nothing', async (t) => {
   const f = fakes([true])
   const releaser = new IdempotencyReleaser(f.storage, f.log, [10])
   t.teardown(() => releaser.close())
-  await releaser.release('e', 'k', 'token')
+  await releaser.release(SCOPE, 'k', 'token')
   t.equal(releaser.size, 0)
   t.equal(f.attempts(), 1)
 })
@@ -80,7 +82,7 @@ t.test('a release that succeeds at once keeps nothing', async (t) => {
 t.test('after the last retry it gives up, and says so when the storage still failed', async (t) => {
   const failing = fakes([away])
   const a = new IdempotencyReleaser(failing.storage, failing.log, [5, 5])
-  await a.release('e', 'k', 'token')
+  await a.release(SCOPE, 'k', 'token')
   await sleep(100)
   t.equal(failing.attempts(), 3, 'once, then one per delay')
   t.equal(a.size, 0)
@@ -89,7 +91,7 @@ t.test('after the last retry it gives up, and says so when the storage still fai
   // Finding nothing to the end: the claim was never written; nothing to say.
   const absent = fakes([false])
   const b = new IdempotencyReleaser(absent.storage, absent.log, [5, 5])
-  await b.release('e', 'k', 'token')
+  await b.release(SCOPE, 'k', 'token')
   await sleep(100)
   t.equal(absent.attempts(), 3)
   t.equal(b.size, 0)
@@ -100,7 +102,7 @@ t.test('memory is bounded: beyond maxPending a claim is not kept, and that is lo
   const f = fakes([away])
   const releaser = new IdempotencyReleaser(f.storage, f.log, [60_000], 2)
   t.teardown(() => releaser.close())
-  for (const token of ['a', 'b', 'c']) await releaser.release('e', token, token)
+  for (const token of ['a', 'b', 'c']) await releaser.release(SCOPE, token, token)
   t.equal(releaser.size, 2)
   t.match(f.errors, [/too many Idempotency-Key claims to release/])
 })
@@ -108,14 +110,14 @@ t.test('memory is bounded: beyond maxPending a claim is not kept, and that is lo
 t.test('close makes one last attempt at each claim, then nothing more', async (t) => {
   const f = fakes([away])
   const releaser = new IdempotencyReleaser(f.storage, f.log, [50, 50, 50])
-  await releaser.release('e', 'k1', 'a')
-  await releaser.release('e', 'k2', 'b')
+  await releaser.release(SCOPE, 'k1', 'a')
+  await releaser.release(SCOPE, 'k2', 'b')
   t.equal(f.attempts(), 2)
   await releaser.close()
   t.equal(f.attempts(), 4, 'one more each')
   t.equal(releaser.size, 0)
   t.match(f.errors, [/claims not released, or answers not stored, at close/])
-  await releaser.release('e', 'k3', 'c')
+  await releaser.release(SCOPE, 'k3', 'c')
   t.equal(releaser.size, 0, 'a release after close is tried once and not kept')
   await sleep(200)
   t.equal(f.attempts(), 5, 'no retry after close')

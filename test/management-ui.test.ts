@@ -83,4 +83,5 @@ t.test('the page has no inline code and never writes API strings as HTML', async
   const js = (await app.inject(`${PAGE}app.js`)).body
   t.equal(js, await readFile(new URL('../lib/ui/app.js', import.meta.url), 'utf8'), 'the file as shipped')
   t.notMatch(js, /innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function/, 'text only, no HTML parsing')
+  t.notMatch(js, /\.style\b|'style'|cssText/, 'no inline style from the script either: the charts are coloured by class')
 })

@@ -4,7 +4,7 @@ import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } fro
 // Every management route of DESIGN.md §4, with its 400, 403 and 404 answers.
 
 const P = '/api-keys/acme/shop'
-const KEY_FIELDS = ['createdAt', 'id', 'isActive', 'prefix', 'purpose', 'updatedAt']
+const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'prefix', 'purpose', 'updatedAt']
 
 t.test('every route needs ManageAPIKeys, refused before the body is read', async (t) => {
   const { app } = await buildApp(t)
@@ -157,10 +157,10 @@ t.test('PUT an endpoint: 201 created, 200 replaced, URI unchanged', async (t) =>
   const created = await app.inject({ method: 'PUT', url: `${P}/endpoints/1/dataset/1`, headers: ADMIN, payload: { keyIds: [a.id] } })
   t.equal(created.statusCode, 201)
   const endpoint = created.json()
-  t.same(Object.keys(endpoint).sort(), ['calls', 'createdAt', 'id', 'keys', 'method', 'modelSequence', 'organization', 'path', 'project', 'resourceSequence', 'type'])
+  t.same(Object.keys(endpoint).sort(), ['calls', 'createdAt', 'id', 'keys', 'method', 'modelSequence', 'organization', 'path', 'project', 'resourceName', 'resourceSequence', 'type'])
   t.match(endpoint, {
     path: '/api/acme/shop/model/1/dataset/1', method: 'GET', type: 'dataset', organization: 'acme', project: 'shop',
-    modelSequence: 1, resourceSequence: 1, calls: 0, keys: [{ id: a.id, prefix: a.prefix, purpose: 'a', isActive: true }]
+    modelSequence: 1, resourceSequence: 1, resourceName: 'sales', calls: 0, keys: [{ id: a.id, prefix: a.prefix, purpose: 'a', isActive: true }]
   })
   const replaced = await app.inject({ method: 'PUT', url: `${P}/endpoints/1/dataset/1`, headers: ADMIN, payload: { keyIds: [b.id, a.id, b.id] } })
   t.equal(replaced.statusCode, 200)

@@ -115,6 +115,20 @@ if (url !== null) {
     const keys = await check.listKeys({ organization: 'acme', project: 'shop' })
     t.not(keys.find((x) => x.id === k.id)?.updatedAt, null, 'the key\'s last use is recorded')
     t.equal(keys.find((x) => x.id === disabled.id)?.updatedAt, null, 'a refused key\'s is not')
+
+    // The usage history counts the same requests, refusals too, by outcome.
+    const history = await check.queryUsage({ organization: 'acme', project: 'shop' },
+      { granularity: 'day', from: new Date(Date.now() - 2 * 86_400_000), to: new Date(Date.now() + 86_400_000), limit: 100 })
+    const counted = (path: string, keyId: string, outcome: string): number => history
+      .filter((r) => r.keyId === keyId && r.outcome === outcome && r.endpointId === endpointIds.get(path)).reduce((n, r) => n + r.count, 0)
+    const endpointIds = new Map((await check.listEndpoints({ organization: 'acme', project: 'shop' }))
+      .map((e) => [e.type === 'dataset' ? DATASET_URL : PIPELINE_URL, e.id]))
+    const refused = (i: number): boolean => statuses[i].status === 403 && plan[i].key === disabled.key
+    t.equal(counted(DATASET_URL, k.id, 'ok'), ok(DATASET_URL), 'history: ok downloads')
+    t.equal(counted(PIPELINE_URL, k.id, 'ok'), ok(PIPELINE_URL), 'history: ok runs')
+    t.equal(counted(DATASET_URL, disabled.id, 'disabled'), plan.filter((_, i) => refused(i)).length, 'history: the disabled key\'s refusals')
+    t.equal(counted(DATASET_URL, k.id, 'unknown_key'), plan.filter((r, i) => statuses[i].status === 403 && r.key !== disabled.key).length,
+      'history: the wrong secrets on the key\'s prefix')
   })
 
   t.test('batches flushed by both instances at the same moment add up (calls = calls + n)', async (t) => {

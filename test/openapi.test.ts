@@ -29,7 +29,7 @@ const ENDPOINT = '/api-keys/{organization}/{project}/endpoints/{modelSequence}/{
 // and job routes, §4 for management (plus 500, e.g. getPermissions failing,
 // and Fastify's 413 and 415 where a body is read).
 const EXPECTED: Record<string, string[]> = {
-  [`GET ${DATASET}`]: ['200', '400', '403', '404', '405', '429', '500'],
+  [`GET ${DATASET}`]: ['200', '400', '403', '404', '405', '429', '500', '503'],
   [`POST ${PIPELINE}`]: ['200', '400', '403', '404', '405', '409', '429', '500'],
   'GET /api/job/{jobId}': ['200', '404', '500'],
   [`GET ${KEYS}`]: ['200', '400', '403', '500'],
@@ -37,6 +37,9 @@ const EXPECTED: Record<string, string[]> = {
   [`PATCH ${KEYS}/{keyId}`]: ['200', '400', '403', '404', '413', '415', '500'],
   [`DELETE ${KEYS}/{keyId}`]: ['204', '400', '403', '404', '413', '415', '500'],
   [`POST ${KEYS}/{keyId}/regenerate`]: ['200', '400', '403', '404', '413', '415', '500'],
+  'GET /api-keys/{organization}/{project}/usage': ['200', '400', '403', '500'],
+  'GET /api-keys/{organization}/{project}/audit': ['200', '400', '403', '500'],
+  'GET /api-keys/{organization}/{project}/resources': ['200', '400', '403', '500'],
   'GET /api-keys/{organization}/{project}/endpoints': ['200', '400', '403', '500'],
   [`PUT ${ENDPOINT}`]: ['200', '201', '400', '403', '404', '413', '415', '500'],
   [`DELETE ${ENDPOINT}`]: ['204', '400', '403', '404', '413', '415', '500'],
@@ -103,6 +106,7 @@ t.test('every error answer is documented as a JSON {message} with a description'
   t.match(job404, { properties: { id: { type: 'string' }, job: { type: 'string' } } }, 'the job errors\' extra fields')
   t.match(operations(doc).get(`GET ${DATASET}`)?.responses['405'].headers, { allow: {} }, '405 documents Allow')
   t.match(operations(doc).get(`GET ${DATASET}`)?.responses['429'].headers, { 'retry-after': {} }, '429 documents Retry-After')
+  t.match(operations(doc).get(`GET ${DATASET}`)?.responses['503'].headers, { 'retry-after': {} }, '503 documents Retry-After')
 })
 
 t.test('path parameters match the path templates', async (t) => {
@@ -165,10 +169,16 @@ t.test('the management routes: bodies, and answers that carry a key value say it
 
 type Inject = Awaited<ReturnType<TestApp['app']['inject']>>
 
-/** The document lists the status `res` answered for `operation`, quoting its message exactly. */
+/**
+ * The document lists the status `res` answered for `operation`, quoting its
+ * message exactly, but for a time or a row count, which it writes as
+ * `<time>` or `<n>`.
+ */
 async function assertQuoted (t: Test, app: TestApp['app'], operation: string, res: Inject): Promise<void> {
   const doc = (await app.inject({ url: DOC, headers: ADMIN })).json() as Document
-  const { message } = res.json() as { message: string }
+  const message = (res.json() as { message: string }).message
+    .replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/g, '<time>')
+    .replace(/more than \d+ rows/, 'more than <n> rows')
   const described = operations(doc).get(operation)?.responses[String(res.statusCode)]?.description ?? ''
   t.ok(described.includes(`\`${message}\``), `${operation} ${res.statusCode} quotes \`${message}\`: ${described}`)
 }
@@ -276,6 +286,33 @@ t.test('both 429 messages are quoted in the document', async (t) => {
   t.equal((await first).statusCode, 403)
   t.equal(refused.statusCode, 429)
   await assertQuoted(t, busy, `POST ${PIPELINE}`, refused)
+})
+
+t.test('the expiry and usage 400s are quoted in the document', async (t) => {
+  const { app } = await buildApp(t, { maxKeyLifetime: 86_400_000, usageQueryMaxRows: 1 })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const past = { expiresAt: '2000-01-01T00:00:00Z' }
+  const tooLate = { expiresAt: '2999-01-01T00:00:00Z' }
+  for (const payload of [past, tooLate, { expiresAt: null }]) {
+    await assertQuoted(t, app, `POST ${KEYS}`, await app.inject({ method: 'POST', url: urlOf(KEYS, k.id), headers: ADMIN, payload: { purpose: 'x', ...payload } }))
+    await assertQuoted(t, app, `PATCH ${KEYS}/{keyId}`, await app.inject({ method: 'PATCH', url: urlOf(`${KEYS}/{keyId}`, k.id), headers: ADMIN, payload }))
+  }
+  const usage = '/api-keys/{organization}/{project}/usage'
+  await assertQuoted(t, app, `GET ${usage}`, await app.inject({ url: urlOf(usage, k.id), query: { from: '2030-01-02T00:00:00Z', to: '2030-01-01T00:00:00Z' }, headers: ADMIN }))
+  await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
+  await app.inject({ url: DATASET_URL })
+  await assertQuoted(t, app, `GET ${usage}`, await app.inject({ url: urlOf(usage, k.id), headers: ADMIN }))
+})
+
+t.test('the 503 of a full tar spool is quoted in the document', async (t) => {
+  // No memory and no disk for tar entries: the first one gets no budget.
+  const { app } = await buildApp(t, { tarSpool: { maxBytes: 0, memoryPerEntry: 0 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const full = await app.inject({ url: DATASET_URL, query: { format: 'json-zip', archiveType: 'tar', api_key: k.key } })
+  t.equal(full.statusCode, 503, full.body)
+  await assertQuoted(t, app, `GET ${DATASET}`, full)
 })
 
 t.test('the pipeline 200 documents the headers a replay adds', async (t) => {

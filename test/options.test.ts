@@ -1,6 +1,9 @@
 import Fastify from 'fastify'
 import t from 'tap'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
 import dataEndpoints, { SqliteStorage, type DataEndpointsOptions } from '../lib/index.js'
+import { resolveOptions } from '../lib/options.js'
 import { MemoryDatasets, MemoryJobs } from './fixtures.js'
 
 function validOptions (): DataEndpointsOptions {
@@ -35,11 +38,25 @@ const BAD: Array<[string, Partial<Record<keyof DataEndpointsOptions, unknown>>, 
   ['verificationCacheSize negative', { verificationCacheSize: -1 }, /"verificationCacheSize"/],
   ['maxConcurrentHashes zero', { maxConcurrentHashes: 0 }, /"maxConcurrentHashes"/],
   ['maxQueuedHashes string', { maxQueuedHashes: '5' }, /"maxQueuedHashes"/],
+  ['maxQueuedHashesPerKey zero', { maxQueuedHashesPerKey: 0 }, /"maxQueuedHashesPerKey" must be an integer from 1/],
+  ['maxQueuedHashesPerKey fractional', { maxQueuedHashesPerKey: 1.5 }, /"maxQueuedHashesPerKey"/],
   ['failureThrottle wrong shape', { failureThrottle: true }, /"failureThrottle"/],
   ['failureThrottle bad window', { failureThrottle: { maxFailures: 5, windowMs: 0 } }, /"failureThrottle.windowMs"/],
   ['failureThrottle bad delay', { failureThrottle: { maxFailures: 5, windowMs: 1000, delayMs: -1 } }, /"failureThrottle.delayMs"/],
   ['idempotencyTtl zero', { idempotencyTtl: 0 }, /"idempotencyTtl"/],
-  ['hasher without compare', { hasher: { hash: async () => 'x' } }, /"hasher" must have a method "compare"/]
+  ['hasher without compare', { hasher: { hash: async () => 'x' } }, /"hasher" must have a method "compare"/],
+  ['tarSpool not an object', { tarSpool: '/tmp' }, /"tarSpool" must be an object/],
+  ['tarSpool with a misspelt field', { tarSpool: { maxByte: 1024 } }, /"tarSpool" has no field "maxByte"/],
+  ['tarSpool.directory empty', { tarSpool: { directory: '' } }, /"tarSpool.directory" must be a path/],
+  ['tarSpool.directory not a string', { tarSpool: { directory: 42 } }, /"tarSpool.directory" must be a path/],
+  ['tarSpool.directory missing', { tarSpool: { directory: join(tmpdir(), 'fde-no-such-folder') } }, /"tarSpool.directory" must be an existing folder this process can write to/],
+  ['tarSpool.directory a file', { tarSpool: { directory: new URL(import.meta.url).pathname } }, /"tarSpool.directory" must be an existing folder/],
+  ['tarSpool.maxBytes negative', { tarSpool: { maxBytes: -1 } }, /"tarSpool.maxBytes" must be an integer from 0/],
+  ['tarSpool.maxBytes fractional', { tarSpool: { maxBytes: 1.5 } }, /"tarSpool.maxBytes"/],
+  ['tarSpool.maxWaitMs past setTimeout\'s limit', { tarSpool: { maxWaitMs: 2 ** 31 } }, /"tarSpool.maxWaitMs" must be an integer from 0 to 2147483647/],
+  ['tarSpool.memoryPerEntry a string', { tarSpool: { memoryPerEntry: '256k' } }, /"tarSpool.memoryPerEntry"/],
+  ['downloadChunkSize too small', { downloadChunkSize: 512 }, /"downloadChunkSize" must be an integer from 1024 to 16777216/],
+  ['downloadChunkSize fractional', { downloadChunkSize: 65536.5 }, /"downloadChunkSize"/]
 ]
 
 for (const [name, override, message] of BAD) {
@@ -58,6 +75,14 @@ t.test('valid options register and the defaults apply', async (t) => {
   await app.ready()
   t.ok(app.hasRoute({ method: 'GET', url: '/api-keys/:organization/:project/keys' }), 'management under /api-keys')
   t.ok(app.hasRoute({ method: 'GET', url: '/api/job/:jobId' }))
+})
+
+t.test('tarSpool: the defaults, and a partial object keeps the other defaults', async (t) => {
+  t.same(resolveOptions(validOptions()).tarSpool,
+    { directory: tmpdir(), maxBytes: 512 * 1024 * 1024, maxWaitMs: 10_000, memoryPerEntry: 256 * 1024 })
+  t.same(resolveOptions({ ...validOptions(), tarSpool: { maxBytes: 1024, directory: 'relative/spool' } }).tarSpool,
+    { directory: resolve('relative/spool'), maxBytes: 1024, maxWaitMs: 10_000, memoryPerEntry: 256 * 1024 },
+    'a relative directory is taken from the working directory once, at registration')
 })
 
 t.test('the data routes, their hook and error handler stay out of the host\'s other routes', async (t) => {

@@ -254,7 +254,7 @@ if (url !== null) {
   // Regression: the claim of an Idempotency-Key was written but its answer
   // lost. Nothing ran, yet every retry with the key waited 10 s for a 409
   // until idempotencyTtl passed.
-  const CLAIM = 'ON CONFLICT (endpoint_id, idempotency_key)'
+  const CLAIM = 'ON CONFLICT (endpoint_id, key_id, idempotency_key)'
 
   async function pipelineSetup (t: Test): Promise<Setup & { headers: Record<string, string> }> {
     const setup = await behindProxy(t)

@@ -4,8 +4,10 @@ import type { Test } from 'tap'
 import { randomAlphanumeric } from '../lib/api-key.js'
 import {
   PrefixTakenError,
-  type ApiKeyRecord, type EndpointLocator, type NewApiKey, type ProjectRef, type ResourceType, type Storage
+  type ApiKeyRecord, type EndpointLocator, type NewApiKey, type ProjectRef, type ResourceType, type Storage,
+  type UsageBatch, type UsageCount, type UsageRow
 } from '../lib/storage.js'
+import { countId } from '../lib/usage-buckets.js'
 
 // The storage contract (lib/storage.ts): one file, run against every adapter
 // (test/storage-sqlite.test.ts, test/storage-pg.test.ts). Each case works in
@@ -20,7 +22,8 @@ export interface ContractOptions {
   shared?: boolean
 }
 
-const KEY_FIELDS = ['createdAt', 'id', 'isActive', 'organization', 'prefix', 'project', 'purpose', 'updatedAt']
+const AUDIT = { actor: 'contract' }
+const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'organization', 'prefix', 'project', 'purpose', 'updatedAt']
 const ENDPOINT_FIELDS = ['calls', 'createdAt', 'id', 'keys', 'modelSequence', 'organization', 'project',
   'resourceSequence', 'type']
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
@@ -32,11 +35,33 @@ function newProject (): ProjectRef {
 }
 
 function newKey (project: ProjectRef, purpose = 'test', isActive = true): NewApiKey {
-  return { ...project, prefix: randomAlphanumeric(10), hash: `hash-${randomAlphanumeric(20)}`, purpose, isActive }
+  return { ...project, prefix: randomAlphanumeric(10), hash: `hash-${randomAlphanumeric(20)}`, purpose, isActive, expiresAt: null }
 }
 
 function at (project: ProjectRef, type: ResourceType = 'dataset', resourceSequence = 1, modelSequence = 1): EndpointLocator {
   return { ...project, modelSequence, type, resourceSequence }
+}
+
+/** A batch of usage-history counts alone. */
+function countsBatch (counts: UsageCount[]): UsageBatch {
+  return { calls: new Map(), lastUsed: new Map(), counts: new Map(counts.map((c) => [countId(c.hour, c.endpointId, c.keyId, c.outcome), { ...c }])) }
+}
+
+/** An hour of January 2030, UTC. */
+function hourOf (day: number, hour: number): number {
+  return Date.UTC(2030, 0, day, hour)
+}
+
+type RowTuple = [start: number, endpointId: string, keyId: string | null, outcome: string, count: number]
+
+function tuples (rows: UsageRow[]): RowTuple[] {
+  return rows.map((r) => [r.start.getTime(), r.endpointId, r.keyId, r.outcome, r.count])
+}
+
+/** The documented order: start, endpoint id, key id (none first), outcome. */
+function inUsageOrder (rows: RowTuple[]): RowTuple[] {
+  const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
+  return [...rows].sort((a, b) => a[0] - b[0] || cmp(a[1], b[1]) || cmp(a[2] ?? '', b[2] ?? '') || cmp(a[3], b[3]))
 }
 
 function byId<T extends { id: string }> (list: T[]): T[] {
@@ -60,7 +85,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
     /** A key with its hash, and the record createKey answered. */
     async function keyIn (s: Storage, project: ProjectRef, purpose = 'test', isActive = true): Promise<ApiKeyRecord & { hash: string }> {
       const input = newKey(project, purpose, isActive)
-      return { ...await s.createKey(input), hash: input.hash }
+      return { ...await s.createKey(input, AUDIT), hash: input.hash }
     }
 
     t.test('createKey returns the documented record; getKey and listKeys find it in its project only', async (t) => {
@@ -69,7 +94,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const other = newProject()
       const input = newKey(p, 'reporting', true)
       const before = Date.now()
-      const k = await s.createKey(input)
+      const k = await s.createKey(input, AUDIT)
       const after = Date.now()
 
       t.same(Object.keys(k).sort(), KEY_FIELDS, 'exactly the documented fields: the hash never leaves storage')
@@ -90,9 +115,9 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal(await s.getKey(p, randomUUID()), null, 'unknown id')
       t.equal(await s.getKey(p, 'not-a-uuid'), null, 'a malformed id is simply not found')
 
-      const inactive = await s.createKey(newKey(p, 'spare', false))
+      const inactive = await s.createKey(newKey(p, 'spare', false), AUDIT)
       t.equal(inactive.isActive, false)
-      await s.createKey(newKey(other, 'theirs'))
+      await s.createKey(newKey(other, 'theirs'), AUDIT)
       const list = await s.listKeys(p)
       t.same(byId(list), byId([k, inactive]), 'listKeys: this project\'s keys, nothing else')
       for (const record of list) t.same(Object.keys(record).sort(), KEY_FIELDS)
@@ -105,9 +130,9 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const p = newProject()
       const other = newProject()
       const first = newKey(p)
-      await s.createKey(first)
+      await s.createKey(first, AUDIT)
       for (const project of [p, other]) {
-        const err = await s.createKey({ ...newKey(project), prefix: first.prefix }).catch((e: unknown) => e)
+        const err = await s.createKey({ ...newKey(project), prefix: first.prefix }, AUDIT).catch((e: unknown) => e)
         t.ok(err instanceof PrefixTakenError, 'PrefixTakenError')
         t.equal((err as PrefixTakenError).code, 'FDE_PREFIX_TAKEN')
       }
@@ -120,21 +145,21 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const p = newProject()
       const k = await keyIn(s, p, 'old purpose')
 
-      const renamed = await s.updateKey(p, k.id, { purpose: 'new purpose' })
+      const renamed = await s.updateKey(p, k.id, { purpose: 'new purpose' }, AUDIT)
       t.equal(renamed?.purpose, 'new purpose')
       t.equal(renamed?.isActive, true, 'isActive untouched')
-      const disabled = await s.updateKey(p, k.id, { isActive: false })
+      const disabled = await s.updateKey(p, k.id, { isActive: false }, AUDIT)
       t.equal(disabled?.isActive, false)
       t.equal(disabled?.purpose, 'new purpose', 'purpose untouched')
-      const both = await s.updateKey(p, k.id, { purpose: 'both', isActive: true })
+      const both = await s.updateKey(p, k.id, { purpose: 'both', isActive: true }, AUDIT)
       t.match(both, { purpose: 'both', isActive: true, prefix: k.prefix, createdAt: k.createdAt })
       t.same(Object.keys(both ?? {}).sort(), KEY_FIELDS)
-      t.same(await s.updateKey(p, k.id, {}), both, 'an empty patch changes nothing and returns the key')
+      t.same(await s.updateKey(p, k.id, {}, AUDIT), both, 'an empty patch changes nothing and returns the key')
       t.same(await s.getKey(p, k.id), both, 'the change is stored')
 
-      t.equal(await s.updateKey(newProject(), k.id, { isActive: false }), null, 'another project: not found')
-      t.equal(await s.updateKey(p, randomUUID(), { isActive: false }), null, 'unknown id')
-      t.equal(await s.updateKey(p, 'not-a-uuid', { purpose: 'x' }), null, 'malformed id')
+      t.equal(await s.updateKey(newProject(), k.id, { isActive: false }, AUDIT), null, 'another project: not found')
+      t.equal(await s.updateKey(p, randomUUID(), { isActive: false }, AUDIT), null, 'unknown id')
+      t.equal(await s.updateKey(p, 'not-a-uuid', { purpose: 'x' }, AUDIT), null, 'malformed id')
       t.same(await s.getKey(p, k.id), both, 'nothing changed by the refused updates')
     })
 
@@ -144,24 +169,24 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const k = await keyIn(s, p)
       const taken = await keyIn(s, newProject())
       const l = at(p)
-      await s.putEndpoint(l, [k.id])
+      await s.putEndpoint(l, [k.id], AUDIT)
 
-      const err = await s.replaceKeySecret(p, k.id, { prefix: taken.prefix, hash: 'h2' }).catch((e: unknown) => e)
+      const err = await s.replaceKeySecret(p, k.id, { prefix: taken.prefix, hash: 'h2' }, AUDIT).catch((e: unknown) => e)
       t.ok(err instanceof PrefixTakenError, 'a prefix in use elsewhere: PrefixTakenError')
-      t.same((await s.findEndpointKey(l, k.prefix))?.key, { id: k.id, hash: k.hash, isActive: true }, 'the old secret stays')
+      t.same((await s.findEndpointKey(l, k.prefix))?.key, { id: k.id, hash: k.hash, isActive: true, expiresAt: null }, 'the old secret stays')
 
       const prefix = randomAlphanumeric(10)
-      const replaced = await s.replaceKeySecret(p, k.id, { prefix, hash: 'new-hash' })
+      const replaced = await s.replaceKeySecret(p, k.id, { prefix, hash: 'new-hash' }, AUDIT)
       t.match(replaced, { id: k.id, prefix, purpose: k.purpose, isActive: true, createdAt: k.createdAt })
       t.same(Object.keys(replaced ?? {}).sort(), KEY_FIELDS)
-      t.same((await s.findEndpointKey(l, prefix))?.key, { id: k.id, hash: 'new-hash', isActive: true },
+      t.same((await s.findEndpointKey(l, prefix))?.key, { id: k.id, hash: 'new-hash', isActive: true, expiresAt: null },
         'the new prefix finds the key, still assigned, with the new hash')
       t.equal((await s.findEndpointKey(l, k.prefix))?.key, null, 'the old prefix finds nothing')
       t.same((await s.getEndpoint(l))?.keys.map((x) => x.prefix), [prefix], 'the endpoint shows the new prefix')
 
-      t.equal(await s.replaceKeySecret(newProject(), k.id, { prefix: randomAlphanumeric(10), hash: 'x' }), null,
+      t.equal(await s.replaceKeySecret(newProject(), k.id, { prefix: randomAlphanumeric(10), hash: 'x' }, AUDIT), null,
         'another project: not found')
-      t.equal(await s.replaceKeySecret(p, randomUUID(), { prefix: randomAlphanumeric(10), hash: 'x' }), null, 'unknown id')
+      t.equal(await s.replaceKeySecret(p, randomUUID(), { prefix: randomAlphanumeric(10), hash: 'x' }, AUDIT), null, 'unknown id')
       t.equal((await s.getKey(p, k.id))?.prefix, prefix, 'unchanged by the refused calls')
     })
 
@@ -178,13 +203,13 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal(await s.findEndpointKey(l, assigned.prefix), null, 'no endpoint yet')
       t.equal(await s.findEndpointKey(l, null), null, 'no endpoint yet, no prefix')
 
-      const put = await s.putEndpoint(l, [assigned.id, inactive.id])
-      await s.putEndpoint(at(p, 'pipeline', 4, 2), [elsewhere.id])
+      const put = await s.putEndpoint(l, [assigned.id, inactive.id], AUDIT)
+      await s.putEndpoint(at(p, 'pipeline', 4, 2), [elsewhere.id], AUDIT)
       t.ok(put.ok)
       const endpointId = put.ok ? put.endpoint.id : ''
       t.same(await s.findEndpointKey(l, null), { endpointId, key: null }, 'no prefix: the endpoint alone')
-      t.same(await s.findEndpointKey(l, assigned.prefix), { endpointId, key: { id: assigned.id, hash: assigned.hash, isActive: true } })
-      t.same(await s.findEndpointKey(l, inactive.prefix), { endpointId, key: { id: inactive.id, hash: inactive.hash, isActive: false } },
+      t.same(await s.findEndpointKey(l, assigned.prefix), { endpointId, key: { id: assigned.id, hash: assigned.hash, isActive: true, expiresAt: null } })
+      t.same(await s.findEndpointKey(l, inactive.prefix), { endpointId, key: { id: inactive.id, hash: inactive.hash, isActive: false, expiresAt: null } },
         'an inactive key is found, flagged')
       t.same(await s.findEndpointKey(l, unassigned.prefix), { endpointId, key: null }, 'a key of the project not assigned here')
       t.same(await s.findEndpointKey(l, elsewhere.prefix), { endpointId, key: null }, 'a key assigned to another endpoint')
@@ -205,7 +230,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const l = at(p, 'dataset', 7, 5)
       const before = Date.now()
 
-      const created = await s.putEndpoint(l, [a.id, a.id])
+      const created = await s.putEndpoint(l, [a.id, a.id], AUDIT)
       if (!created.ok) throw new Error('putEndpoint refused')
       t.equal(created.created, true)
       const e = created.endpoint
@@ -216,8 +241,8 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(e.keys, [{ id: a.id, prefix: a.prefix, purpose: 'a', isActive: true }], 'a repeated id is assigned once')
       t.same(await s.getEndpoint(l), e)
 
-      await s.applyUsage({ calls: new Map([[e.id, 3]]), lastUsed: new Map() })
-      const replaced = await s.putEndpoint(l, [b.id, a.id])
+      await s.applyUsage({ calls: new Map([[e.id, 3]]), lastUsed: new Map(), counts: new Map() })
+      const replaced = await s.putEndpoint(l, [b.id, a.id], AUDIT)
       if (!replaced.ok) throw new Error('putEndpoint refused')
       t.equal(replaced.created, false)
       t.same({ ...replaced.endpoint, keys: byId(replaced.endpoint.keys) }, {
@@ -225,13 +250,13 @@ export async function storageContract (t: Test, name: string, open: () => Promis
         calls: 3,
         keys: byId([{ id: a.id, prefix: a.prefix, purpose: 'a', isActive: true }, { id: b.id, prefix: b.prefix, purpose: 'b', isActive: false }])
       }, 'same id, calls and createdAt; both keys')
-      const narrowed = await s.putEndpoint(l, [b.id])
+      const narrowed = await s.putEndpoint(l, [b.id], AUDIT)
       t.same(narrowed.ok && narrowed.endpoint.keys.map((k) => k.id), [b.id], 'a key left out is unassigned')
       t.same((await s.findEndpointKey(l, a.prefix))?.key, null)
       t.not((await s.getKey(p, a.id)), null, 'the unassigned key itself stays')
 
       const big = at(p, 'pipeline', Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)
-      const huge = await s.putEndpoint(big, [a.id])
+      const huge = await s.putEndpoint(big, [a.id], AUDIT)
       t.match(huge.ok && huge.endpoint, { modelSequence: Number.MAX_SAFE_INTEGER, resourceSequence: Number.MAX_SAFE_INTEGER },
         'sequences up to 2^53 - 1 come back as the same numbers')
       t.not(await s.findEndpointKey(big, a.prefix), null)
@@ -244,15 +269,15 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const b = await keyIn(s, p)
       const foreign = await keyIn(s, newProject())
       const l = at(p)
-      await s.putEndpoint(l, [a.id])
+      await s.putEndpoint(l, [a.id], AUDIT)
       const missing = randomUUID()
 
-      t.same(await s.putEndpoint(l, [b.id, missing, foreign.id, 'not-a-uuid']),
+      t.same(await s.putEndpoint(l, [b.id, missing, foreign.id, 'not-a-uuid'], AUDIT),
         { ok: false, unknownKeyIds: [missing, foreign.id, 'not-a-uuid'] }, 'names every id that is not a key of the project')
       t.same((await s.getEndpoint(l))?.keys.map((k) => k.id), [a.id], 'the assignment is unchanged')
 
       const fresh = at(p, 'pipeline', 9)
-      t.same(await s.putEndpoint(fresh, [a.id, foreign.id]), { ok: false, unknownKeyIds: [foreign.id] })
+      t.same(await s.putEndpoint(fresh, [a.id, foreign.id], AUDIT), { ok: false, unknownKeyIds: [foreign.id] })
       t.equal(await s.getEndpoint(fresh), null, 'no endpoint was created')
       t.equal(await s.findEndpointKey(fresh, a.prefix), null)
     })
@@ -262,7 +287,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const p = newProject()
       const k = await keyIn(a, p)
       const l = at(p, 'pipeline', 4)
-      const results = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? a : b).putEndpoint(l, [k.id])))
+      const results = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? a : b).putEndpoint(l, [k.id], AUDIT)))
       t.same(results.map((r) => r.ok), Array(8).fill(true), 'all succeed')
       t.equal(results.filter((r) => r.ok && r.created).length, 1, 'exactly one created it')
       t.equal(new Set(results.map((r) => r.ok && r.endpoint.id)).size, 1, 'all name the same endpoint')
@@ -276,9 +301,9 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const k = await keyIn(s, p)
       const theirs = await keyIn(s, other)
       for (const l of [at(p, 'dataset', 1, 2), at(p, 'pipeline', 1), at(p, 'dataset', 2), at(p, 'dataset', 1)]) {
-        await s.putEndpoint(l, [k.id])
+        await s.putEndpoint(l, [k.id], AUDIT)
       }
-      await s.putEndpoint(at(other), [theirs.id])
+      await s.putEndpoint(at(other), [theirs.id], AUDIT)
 
       const list = await s.listEndpoints(p)
       t.same(list.map((e) => [e.modelSequence, e.type, e.resourceSequence]),
@@ -299,27 +324,27 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const a = await keyIn(s, p)
       const b = await keyIn(s, p)
       const l = at(p)
-      const put = await s.putEndpoint(l, [a.id, b.id])
+      const put = await s.putEndpoint(l, [a.id, b.id], AUDIT)
       const endpointId = put.ok ? put.endpoint.id : ''
 
-      t.equal(await s.deleteKey(newProject(), a.id), false, 'another project cannot delete it')
-      t.equal(await s.deleteKey(p, 'not-a-uuid'), false)
+      t.equal(await s.deleteKey(newProject(), a.id, AUDIT), false, 'another project cannot delete it')
+      t.equal(await s.deleteKey(p, 'not-a-uuid', AUDIT), false)
       t.not(await s.getKey(p, a.id), null)
 
-      t.equal(await s.deleteKey(p, a.id), true)
+      t.equal(await s.deleteKey(p, a.id, AUDIT), true)
       t.equal(await s.getKey(p, a.id), null)
       t.same((await s.listKeys(p)).map((k) => k.id), [b.id])
       t.same(await s.findEndpointKey(l, a.prefix), { endpointId, key: null }, 'its prefix no longer finds it')
       t.same((await s.getEndpoint(l))?.keys.map((k) => k.id), [b.id], 'the endpoint stays, minus the key')
-      t.equal(await s.deleteKey(p, a.id), false, 'a second delete finds nothing')
+      t.equal(await s.deleteKey(p, a.id, AUDIT), false, 'a second delete finds nothing')
 
-      t.equal(await s.deleteKey(p, b.id), true)
+      t.equal(await s.deleteKey(p, b.id, AUDIT), true)
       const left = await s.getEndpoint(l)
       t.match(left, { id: endpointId, keys: [] }, 'an endpoint without keys still exists')
       t.same(await s.findEndpointKey(l, b.prefix), { endpointId, key: null })
 
       // The prefix of a deleted key is free again.
-      const again = await s.createKey({ ...newKey(p), prefix: a.prefix })
+      const again = await s.createKey({ ...newKey(p), prefix: a.prefix }, AUDIT)
       t.equal(again.prefix, a.prefix)
     })
 
@@ -329,20 +354,20 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const k = await keyIn(s, p)
       const l = at(p, 'pipeline', 2)
       const other = at(p, 'dataset', 2)
-      const first = await s.putEndpoint(l, [k.id])
-      await s.putEndpoint(other, [k.id])
-      await s.applyUsage({ calls: new Map([[first.ok ? first.endpoint.id : '', 5]]), lastUsed: new Map() })
+      const first = await s.putEndpoint(l, [k.id], AUDIT)
+      await s.putEndpoint(other, [k.id], AUDIT)
+      await s.applyUsage({ calls: new Map([[first.ok ? first.endpoint.id : '', 5]]), lastUsed: new Map(), counts: new Map() })
       const keyBefore = await s.getKey(p, k.id)
 
-      t.equal(await s.deleteEndpoint({ ...l, project: 'other' }), false, 'another project\'s locator')
-      t.equal(await s.deleteEndpoint(l), true)
+      t.equal(await s.deleteEndpoint({ ...l, project: 'other' }, AUDIT), false, 'another project\'s locator')
+      t.equal(await s.deleteEndpoint(l, AUDIT), true)
       t.equal(await s.getEndpoint(l), null)
       t.equal(await s.findEndpointKey(l, k.prefix), null)
-      t.equal(await s.deleteEndpoint(l), false, 'a second delete finds nothing')
+      t.equal(await s.deleteEndpoint(l, AUDIT), false, 'a second delete finds nothing')
       t.same(await s.getKey(p, k.id), keyBefore, 'the key stays, unchanged')
       t.not((await s.findEndpointKey(other, k.prefix))?.key, null, 'and still opens its other endpoint')
 
-      const recreated = await s.putEndpoint(l, [k.id])
+      const recreated = await s.putEndpoint(l, [k.id], AUDIT)
       t.match(recreated, { ok: true, created: true, endpoint: { calls: 0 } }, 'created anew, its count from zero')
       t.not(recreated.ok && recreated.endpoint.id, first.ok && first.endpoint.id)
     })
@@ -354,29 +379,33 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const p = newProject()
       const k = await keyIn(s, p)
       const l = at(p)
-      const put = await s.putEndpoint(l, [k.id])
+      const put = await s.putEndpoint(l, [k.id], AUDIT)
       const endpointId = put.ok ? put.endpoint.id : ''
       const nul = 'a\u0000b'
       const nulKeyId = `${k.id}\u0000`
 
+      const history = { granularity: 'hour', from: new Date(0), to: new Date(Date.UTC(2100, 0)), limit: 10 } as const
       for (const id of [nul, nulKeyId]) {
+        t.same(await s.queryUsage(p, { ...history, keyId: id }), [], 'queryUsage by key')
+        t.same(await s.queryUsage(p, { ...history, endpointId: id }), [], 'queryUsage by endpoint')
+        t.same(await s.queryUsage({ ...p, organization: id }, history), [], 'queryUsage by project')
         t.equal(await s.getKey(p, id), null, 'getKey')
-        t.equal(await s.updateKey(p, id, { purpose: 'x', isActive: false }), null, 'updateKey')
-        t.equal(await s.replaceKeySecret(p, id, { prefix: randomAlphanumeric(10), hash: 'x' }), null, 'replaceKeySecret')
-        t.equal(await s.deleteKey(p, id), false, 'deleteKey')
+        t.equal(await s.updateKey(p, id, { purpose: 'x', isActive: false }, AUDIT), null, 'updateKey')
+        t.equal(await s.replaceKeySecret(p, id, { prefix: randomAlphanumeric(10), hash: 'x' }, AUDIT), null, 'replaceKeySecret')
+        t.equal(await s.deleteKey(p, id, AUDIT), false, 'deleteKey')
       }
-      t.same(await s.putEndpoint(l, [k.id, nul, nulKeyId]), { ok: false, unknownKeyIds: [nul, nulKeyId] },
+      t.same(await s.putEndpoint(l, [k.id, nul, nulKeyId], AUDIT), { ok: false, unknownKeyIds: [nul, nulKeyId] },
         'putEndpoint names them as not keys of the project')
-      t.same(await s.putEndpoint(at(p, 'pipeline', 2), [nul]), { ok: false, unknownKeyIds: [nul] })
+      t.same(await s.putEndpoint(at(p, 'pipeline', 2), [nul], AUDIT), { ok: false, unknownKeyIds: [nul] })
 
       for (const where of [{ organization: nul }, { project: nul }, { organization: `${p.organization}\u0000` }]) {
         const project = { ...p, ...where }
         t.same(await s.listKeys(project), [], `listKeys ${JSON.stringify(where)}`)
         t.equal(await s.getKey(project, k.id), null, 'getKey in that project')
-        t.equal(await s.deleteKey(project, k.id), false, 'deleteKey in that project')
+        t.equal(await s.deleteKey(project, k.id, AUDIT), false, 'deleteKey in that project')
         t.same(await s.listEndpoints(project), [], 'listEndpoints')
         t.equal(await s.getEndpoint({ ...l, ...where }), null, 'getEndpoint')
-        t.equal(await s.deleteEndpoint({ ...l, ...where }), false, 'deleteEndpoint')
+        t.equal(await s.deleteEndpoint({ ...l, ...where }, AUDIT), false, 'deleteEndpoint')
         t.equal(await s.findEndpointKey({ ...l, ...where }, k.prefix), null, 'findEndpointKey: no endpoint')
         t.equal(await s.findEndpointKey({ ...l, ...where }, null), null, 'findEndpointKey without prefix: no endpoint')
       }
@@ -392,33 +421,34 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const p = newProject()
       const k = await keyIn(s, p)
       const idle = await keyIn(s, p)
-      const e1 = await s.putEndpoint(at(p, 'dataset', 1), [k.id])
-      const e2 = await s.putEndpoint(at(p, 'dataset', 2), [k.id])
+      const e1 = await s.putEndpoint(at(p, 'dataset', 1), [k.id], AUDIT)
+      const e2 = await s.putEndpoint(at(p, 'dataset', 2), [k.id], AUDIT)
       if (!e1.ok || !e2.ok) throw new Error('putEndpoint refused')
       const id1 = e1.endpoint.id
       const id2 = e2.endpoint.id
 
-      await s.applyUsage({ calls: new Map(), lastUsed: new Map() })
+      await s.applyUsage({ calls: new Map(), lastUsed: new Map(), counts: new Map() })
       const t1 = new Date(Date.UTC(2030, 0, 2, 3, 4, 5, 678))
-      await s.applyUsage({ calls: new Map([[id1, 3], [id2, 1]]), lastUsed: new Map([[k.id, t1]]) })
+      await s.applyUsage({ calls: new Map([[id1, 3], [id2, 1]]), lastUsed: new Map([[k.id, t1]]), counts: new Map() })
       await s.applyUsage({
         calls: new Map([[id1, 4], [randomUUID(), 9], ['not-a-uuid', 1]]),
-        lastUsed: new Map([[randomUUID(), t1]])
+        lastUsed: new Map([[randomUUID(), t1]]),
+        counts: new Map()
       })
       t.equal((await s.getEndpoint(at(p, 'dataset', 1)))?.calls, 7, '3 + 4, unknown ids ignored')
       t.equal((await s.getEndpoint(at(p, 'dataset', 2)))?.calls, 1)
       t.same((await s.getKey(p, k.id))?.updatedAt, t1, 'updatedAt is the time given, to the millisecond')
       t.equal((await s.getKey(p, idle.id))?.updatedAt, null, 'a key not in the batch is untouched')
 
-      await s.applyUsage({ calls: new Map(), lastUsed: new Map([[k.id, new Date(t1.getTime() - 60_000)]]) })
+      await s.applyUsage({ calls: new Map(), lastUsed: new Map([[k.id, new Date(t1.getTime() - 60_000)]]), counts: new Map() })
       t.same((await s.getKey(p, k.id))?.updatedAt, t1, 'an older time does not move it back')
       const t2 = new Date(t1.getTime() + 1)
-      await s.applyUsage({ calls: new Map(), lastUsed: new Map([[k.id, t2]]) })
+      await s.applyUsage({ calls: new Map(), lastUsed: new Map([[k.id, t2]]), counts: new Map() })
       t.same((await s.getKey(p, k.id))?.updatedAt, t2, 'a newer time moves it forward')
 
-      await s.deleteKey(p, k.id)
-      await s.deleteEndpoint(at(p, 'dataset', 2))
-      await s.applyUsage({ calls: new Map([[id2, 1], [id1, 1]]), lastUsed: new Map([[k.id, t2]]) })
+      await s.deleteKey(p, k.id, AUDIT)
+      await s.deleteEndpoint(at(p, 'dataset', 2), AUDIT)
+      await s.applyUsage({ calls: new Map([[id2, 1], [id1, 1]]), lastUsed: new Map([[k.id, t2]]), counts: new Map() })
       t.equal((await s.getEndpoint(at(p, 'dataset', 1)))?.calls, 8, 'a deleted id in the batch does not stop the rest')
     })
 
@@ -426,29 +456,160 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const [a, b] = await twoStores(t)
       const p = newProject()
       const k = await keyIn(a, p)
-      const e1 = await a.putEndpoint(at(p, 'dataset', 1), [k.id])
-      const e2 = await a.putEndpoint(at(p, 'dataset', 2), [k.id])
+      const e1 = await a.putEndpoint(at(p, 'dataset', 1), [k.id], AUDIT)
+      const e2 = await a.putEndpoint(at(p, 'dataset', 2), [k.id], AUDIT)
       if (!e1.ok || !e2.ok) throw new Error('putEndpoint refused')
       // Both orders of the same ids, as two instances' batches would be.
       const batches = Array.from({ length: 40 }, (_, i) => ({
         calls: new Map(i % 2 === 0 ? [[e1.endpoint.id, i], [e2.endpoint.id, 1]] : [[e2.endpoint.id, 1], [e1.endpoint.id, i]]),
-        lastUsed: new Map([[k.id, new Date(Date.UTC(2030, 0, 1, 0, 0, i))]])
+        lastUsed: new Map([[k.id, new Date(Date.UTC(2030, 0, 1, 0, 0, i))]]),
+        // The same history rows from both handles, in both orders.
+        counts: countsBatch([
+          { hour: hourOf(1, i % 3), endpointId: e1.endpoint.id, keyId: k.id, outcome: 'ok' as const, count: i },
+          { hour: hourOf(1, 0), endpointId: e2.endpoint.id, keyId: null, outcome: 'no_key' as const, count: 1 }
+        ].sort(() => (i % 2 === 0 ? 1 : -1))).counts
       }))
       await Promise.all(batches.map((batch, i) => (i % 2 === 0 ? a : b).applyUsage(batch)))
+      const history = await b.queryUsage(p, { granularity: 'hour', from: new Date(hourOf(1, 0)), to: new Date(hourOf(2, 0)), limit: 10 })
+      const okIn = (h: number): number => Array.from({ length: 40 }, (_, i) => i).filter((i) => i % 3 === h).reduce((x, y) => x + y, 0)
+      t.same(tuples(history), inUsageOrder([
+        [hourOf(1, 0), e1.endpoint.id, k.id, 'ok', okIn(0)],
+        [hourOf(1, 1), e1.endpoint.id, k.id, 'ok', okIn(1)],
+        [hourOf(1, 2), e1.endpoint.id, k.id, 'ok', okIn(2)],
+        [hourOf(1, 0), e2.endpoint.id, null, 'no_key', 40]
+      ]), 'every history count from both handles, exactly')
+      t.same(tuples(await a.queryUsage(p, { granularity: 'day', from: new Date(hourOf(1, 0)), to: new Date(hourOf(2, 0)), limit: 10 })),
+        inUsageOrder([[hourOf(1, 0), e1.endpoint.id, k.id, 'ok', (39 * 40) / 2], [hourOf(1, 0), e2.endpoint.id, null, 'no_key', 40]]),
+        'and the day sums them')
       t.equal((await b.getEndpoint(at(p, 'dataset', 1)))?.calls, (39 * 40) / 2)
       t.equal((await a.getEndpoint(at(p, 'dataset', 2)))?.calls, 40)
       t.same((await b.getKey(p, k.id))?.updatedAt, new Date(Date.UTC(2030, 0, 1, 0, 0, 39)), 'the latest time wins')
     })
 
+    t.test('usage history: hourly counts add up per outcome; days roll them up; filters, order and limit', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k1 = await keyIn(s, p)
+      const k2 = await keyIn(s, p)
+      const e1 = await s.putEndpoint(at(p, 'dataset', 1), [k1.id, k2.id], AUDIT)
+      const e2 = await s.putEndpoint(at(p, 'pipeline', 1), [k1.id], AUDIT)
+      if (!e1.ok || !e2.ok) throw new Error('putEndpoint refused')
+      const [id1, id2] = [e1.endpoint.id, e2.endpoint.id]
+
+      await s.applyUsage(countsBatch([
+        { hour: hourOf(1, 10), endpointId: id1, keyId: k1.id, outcome: 'ok', count: 3 },
+        { hour: hourOf(1, 10), endpointId: id1, keyId: k1.id, outcome: 'unknown_key', count: 2 },
+        { hour: hourOf(1, 10), endpointId: id1, keyId: null, outcome: 'no_key', count: 1 },
+        { hour: hourOf(1, 11), endpointId: id1, keyId: k2.id, outcome: 'ok', count: 4 },
+        { hour: hourOf(2, 0), endpointId: id2, keyId: k1.id, outcome: 'ok', count: 5 },
+        { hour: hourOf(2, 1), endpointId: id2, keyId: k1.id, outcome: 'disabled', count: 0 }
+      ]))
+      await s.applyUsage(countsBatch([
+        { hour: hourOf(1, 10), endpointId: id1, keyId: k1.id, outcome: 'ok', count: 7 },
+        { hour: hourOf(1, 23), endpointId: id1, keyId: null, outcome: 'unknown_prefix', count: 1 },
+        { hour: hourOf(1, 23), endpointId: id1, keyId: k2.id, outcome: 'expired', count: 2 }
+      ]))
+
+      const everything = { from: new Date(hourOf(1, 0)), to: new Date(hourOf(3, 0)), limit: 100 }
+      const hours = await s.queryUsage(p, { ...everything, granularity: 'hour' })
+      const expectedHours: RowTuple[] = inUsageOrder([
+        [hourOf(1, 10), id1, k1.id, 'ok', 10],
+        [hourOf(1, 10), id1, k1.id, 'unknown_key', 2],
+        [hourOf(1, 10), id1, null, 'no_key', 1],
+        [hourOf(1, 11), id1, k2.id, 'ok', 4],
+        [hourOf(1, 23), id1, null, 'unknown_prefix', 1],
+        [hourOf(1, 23), id1, k2.id, 'expired', 2],
+        [hourOf(2, 0), id2, k1.id, 'ok', 5]
+      ])
+      t.same(tuples(hours), expectedHours, 'each bucket once, summed across batches, in the documented order; no zero counts')
+      t.ok(hours.every((r) => r.start instanceof Date), 'starts are Dates')
+
+      const days = await s.queryUsage(p, { ...everything, granularity: 'day' })
+      t.same(tuples(days), inUsageOrder([
+        [Date.UTC(2030, 0, 1), id1, k1.id, 'ok', 10],
+        [Date.UTC(2030, 0, 1), id1, k1.id, 'unknown_key', 2],
+        [Date.UTC(2030, 0, 1), id1, null, 'no_key', 1],
+        [Date.UTC(2030, 0, 1), id1, null, 'unknown_prefix', 1],
+        [Date.UTC(2030, 0, 1), id1, k2.id, 'ok', 4],
+        [Date.UTC(2030, 0, 1), id1, k2.id, 'expired', 2],
+        [Date.UTC(2030, 0, 2), id2, k1.id, 'ok', 5]
+      ]), 'the UTC days sum their hours')
+
+      t.same(tuples(await s.queryUsage(p, { ...everything, granularity: 'hour', keyId: k2.id })),
+        expectedHours.filter((r) => r[2] === k2.id), 'by key')
+      t.same(tuples(await s.queryUsage(p, { ...everything, granularity: 'hour', endpointId: id2 })),
+        expectedHours.filter((r) => r[1] === id2), 'by endpoint')
+      t.same(tuples(await s.queryUsage(p, { ...everything, granularity: 'hour', endpointId: id2, keyId: k2.id })), [], 'both filters')
+      t.same(tuples(await s.queryUsage(p, { granularity: 'hour', from: new Date(hourOf(1, 11)), to: new Date(hourOf(2, 0)), limit: 100 })),
+        expectedHours.filter((r) => r[0] >= hourOf(1, 11) && r[0] < hourOf(2, 0)), 'from is inclusive, to exclusive')
+      t.same(tuples(await s.queryUsage(p, { ...everything, granularity: 'hour', limit: 2 })), expectedHours.slice(0, 2), 'limit')
+      t.same(await s.queryUsage(newProject(), { ...everything, granularity: 'hour' }), [], 'another project sees none of it')
+      t.same(await s.queryUsage(p, { ...everything, granularity: 'hour', keyId: randomUUID() }), [], 'an unknown key id')
+    })
+
+    t.test('usage history: an endpoint\'s goes with it, a deleted key\'s stays; counts for a deleted endpoint are dropped', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k = await keyIn(s, p)
+      const kept = await s.putEndpoint(at(p, 'dataset', 1), [k.id], AUDIT)
+      const gone = await s.putEndpoint(at(p, 'dataset', 2), [k.id], AUDIT)
+      if (!kept.ok || !gone.ok) throw new Error('putEndpoint refused')
+      const count = (endpointId: string, n: number): UsageCount => ({ hour: hourOf(5, 5), endpointId, keyId: k.id, outcome: 'ok', count: n })
+      await s.applyUsage(countsBatch([count(kept.endpoint.id, 1), count(gone.endpoint.id, 2)]))
+      await s.deleteEndpoint(at(p, 'dataset', 2), AUDIT)
+      await s.deleteKey(p, k.id, AUDIT)
+      await s.applyUsage(countsBatch([count(kept.endpoint.id, 3), count(gone.endpoint.id, 4), count(randomUUID(), 5)]))
+      const query = { granularity: 'hour', from: new Date(hourOf(5, 0)), to: new Date(hourOf(6, 0)), limit: 10 } as const
+      t.same(tuples(await s.queryUsage(p, query)), [[hourOf(5, 5), kept.endpoint.id, k.id, 'ok', 4]],
+        'the deleted endpoint\'s history is gone and its new counts dropped; the deleted key\'s stays')
+      t.same(tuples(await s.queryUsage(p, { ...query, granularity: 'day' })), [[Date.UTC(2030, 0, 5), kept.endpoint.id, k.id, 'ok', 4]])
+    })
+
+    t.test('pruneUsage deletes the hours and days that start before the time, and says how many', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k = await keyIn(s, p)
+      const e = await s.putEndpoint(at(p), [k.id], AUDIT)
+      if (!e.ok) throw new Error('putEndpoint refused')
+      const count = (hour: number): UsageCount => ({ hour, endpointId: e.endpoint.id, keyId: k.id, outcome: 'ok', count: 1 })
+      await s.applyUsage(countsBatch([count(hourOf(1, 0)), count(hourOf(1, 23)), count(hourOf(2, 0)), count(hourOf(2, 1))]))
+      const all = { from: new Date(0), to: new Date(Date.UTC(2100, 0)), limit: 100 }
+      // Everything of others before that time goes too, so only a lower bound is known here.
+      const deleted = await s.pruneUsage(new Date(hourOf(2, 0)))
+      t.ok(deleted >= 3, `two hours and a day of this project (at least): ${deleted}`)
+      t.same(tuples(await s.queryUsage(p, { ...all, granularity: 'hour' })).map((r) => r[0]), [hourOf(2, 0), hourOf(2, 1)], 'hours from the time on stay')
+      t.same(tuples(await s.queryUsage(p, { ...all, granularity: 'day' })).map((r) => r[0]), [Date.UTC(2030, 0, 2)], 'the day that starts at the time stays')
+      t.equal(await s.pruneUsage(new Date(hourOf(1, 0))), 0, 'nothing older is left')
+    })
+
+    t.test('expiresAt: set at creation, patched, cleared; findEndpointKey gives it in milliseconds', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const when = new Date(Date.UTC(2031, 5, 6, 7, 8, 9, 123))
+      const k = await s.createKey({ ...newKey(p), expiresAt: when }, AUDIT)
+      t.same(k.expiresAt, when, 'createKey stores it to the millisecond')
+      t.same((await s.getKey(p, k.id))?.expiresAt, when)
+      const l = at(p)
+      await s.putEndpoint(l, [k.id], AUDIT)
+      t.equal((await s.findEndpointKey(l, k.prefix))?.key?.expiresAt, when.getTime(), 'the lookup gives milliseconds')
+
+      const later = new Date(when.getTime() + 86_400_000)
+      t.same((await s.updateKey(p, k.id, { expiresAt: later }, AUDIT))?.expiresAt, later, 'patched')
+      t.same((await s.updateKey(p, k.id, { purpose: 'other' }, AUDIT))?.expiresAt, later, 'a patch without it leaves it')
+      t.equal((await s.updateKey(p, k.id, { expiresAt: null }, AUDIT))?.expiresAt, null, 'null clears it')
+      t.equal((await s.findEndpointKey(l, k.prefix))?.key?.expiresAt, null)
+      t.equal((await keyIn(s, p)).expiresAt, null, 'a key made without one never expires')
+    })
+
     t.test('idempotency: claim, complete, replay, release', async (t) => {
       const s = await store(t)
-      const endpoint = randomUUID()
+      const endpoint = { endpointId: randomUUID(), keyId: randomUUID() }
       const ttl = 60_000
       const [one, two, three, four] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()]
 
       t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl, one), { claimed: true }, 'the first claim owns the key')
       t.same(await s.claimIdempotencyKey(endpoint, 'k1', ttl, two), { claimed: false, response: null }, 'a second one waits: no body yet')
-      t.same(await s.claimIdempotencyKey(randomUUID(), 'k1', ttl, three), { claimed: true }, 'the same key on another endpoint is another record')
+      t.same(await s.claimIdempotencyKey({ ...endpoint, endpointId: randomUUID() }, 'k1', ttl, three), { claimed: true }, 'the same key on another endpoint is another record')
       t.same(await s.claimIdempotencyKey(endpoint, 'K1', ttl, four), { claimed: true }, 'keys are case-sensitive')
 
       await s.completeIdempotencyKey(endpoint, 'k1', '{"job_id":"1"}')
@@ -463,11 +624,119 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal(await s.releaseIdempotencyKey(endpoint, 'never-claimed', randomUUID()), false, 'releasing nothing is fine')
     })
 
+    t.test('idempotency: another API key\'s same Idempotency-Key on the same endpoint is another record', async (t) => {
+      const s = await store(t)
+      const endpointId = randomUUID()
+      const mine = { endpointId, keyId: randomUUID() }
+      const theirs = { endpointId, keyId: randomUUID() }
+      const [a, b] = [randomUUID(), randomUUID()]
+      t.same(await s.claimIdempotencyKey(mine, 'nightly', 60_000, a), { claimed: true })
+      t.same(await s.claimIdempotencyKey(theirs, 'nightly', 60_000, b), { claimed: true }, 'the other key claims its own')
+      await s.completeIdempotencyKey(mine, 'nightly', 'mine')
+      t.same(await s.claimIdempotencyKey(theirs, 'nightly', 60_000, randomUUID()), { claimed: false, response: null }, 'theirs is still running')
+      t.equal(await s.releaseIdempotencyKey(mine, 'nightly', b), false, 'their token does not release under my scope')
+      t.equal(await s.releaseIdempotencyKey(theirs, 'nightly', b), true)
+      t.same(await s.claimIdempotencyKey(mine, 'nightly', 60_000, randomUUID()), { claimed: false, response: 'mine' }, 'mine is untouched')
+    })
+
+    t.test('pruneIdempotencyKeys deletes records made before the time, answered or held', async (t) => {
+      const s = await store(t)
+      const scope = { endpointId: randomUUID(), keyId: randomUUID() }
+      await s.claimIdempotencyKey(scope, 'held', 60_000, randomUUID())
+      await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID())
+      await s.completeIdempotencyKey(scope, 'answered', 'body')
+      t.ok(await s.pruneIdempotencyKeys(new Date(Date.now() - 60 * 60_000)) >= 0, 'nothing of ours is an hour old')
+      t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID()), { claimed: false, response: 'body' }, 'so it stays')
+      await sleep(20)
+      t.ok(await s.pruneIdempotencyKeys(new Date(Date.now() + CLOCK_SLACK_MS)) >= 2, 'both are older than a time after them')
+      t.same(await s.claimIdempotencyKey(scope, 'held', 60_000, randomUUID()), { claimed: true }, 'the held claim is gone')
+      t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID()), { claimed: true }, 'and the answer')
+    })
+
+    t.test('audit: every change writes one entry in its transaction, with its actor and only the fields that changed', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const expiry = new Date(Date.UTC(2031, 0, 1))
+      const input = { ...newKey(p, 'etl', true), expiresAt: expiry }
+      const k = await s.createKey(input, { actor: 'alice' })
+      const other = await s.createKey(newKey(p, 'spare', false), { actor: null })
+      await s.updateKey(p, k.id, { purpose: 'etl-2', isActive: true }, { actor: 'bob' })
+      await s.updateKey(p, k.id, { isActive: false, expiresAt: null }, { actor: 'bob' })
+      const regenerated = await s.replaceKeySecret(p, k.id, { prefix: randomAlphanumeric(10), hash: 'hash-two' }, { actor: 'carol' })
+      const l = at(p, 'pipeline', 4)
+      const created = await s.putEndpoint(l, [k.id], { actor: 'dave' })
+      await s.putEndpoint(l, [other.id, k.id], { actor: 'dave' })
+      await s.putEndpoint(l, [k.id, other.id], { actor: 'dave' })
+      await s.putEndpoint(l, [other.id], { actor: 'erin' })
+      await s.deleteEndpoint(l, { actor: 'erin' })
+      await s.deleteKey(p, k.id, { actor: 'frank' })
+      const endpointId = created.ok ? created.endpoint.id : ''
+      const path = `/api/${p.organization}/${p.project}/model/1/pipeline/4`
+
+      const entries = await s.listAudit(p, { limit: 100 })
+      const plain = entries.map(({ id, at, ...rest }) => rest)
+      t.same(plain.reverse(), [
+        { actor: 'alice', action: 'key.created', keyId: k.id, endpointId: null, target: k.prefix, changes: { purpose: { from: null, to: 'etl' }, isActive: { from: null, to: true }, expiresAt: { from: null, to: expiry.toISOString() } } },
+        { actor: null, action: 'key.created', keyId: other.id, endpointId: null, target: other.prefix, changes: { purpose: { from: null, to: 'spare' }, isActive: { from: null, to: false } } },
+        { actor: 'bob', action: 'key.updated', keyId: k.id, endpointId: null, target: k.prefix, changes: { purpose: { from: 'etl', to: 'etl-2' } } },
+        { actor: 'bob', action: 'key.updated', keyId: k.id, endpointId: null, target: k.prefix, changes: { isActive: { from: true, to: false }, expiresAt: { from: expiry.toISOString(), to: null } } },
+        { actor: 'carol', action: 'key.regenerated', keyId: k.id, endpointId: null, target: regenerated?.prefix, changes: { prefix: { from: k.prefix, to: regenerated?.prefix } } },
+        { actor: 'dave', action: 'endpoint.created', keyId: null, endpointId, target: path, changes: { keyIds: { from: [], to: [k.id] } } },
+        { actor: 'dave', action: 'endpoint.updated', keyId: null, endpointId, target: path, changes: { keyIds: { from: [k.id], to: [k.id, other.id].sort() } } },
+        { actor: 'erin', action: 'endpoint.updated', keyId: null, endpointId, target: path, changes: { keyIds: { from: [k.id, other.id].sort(), to: [other.id] } } },
+        { actor: 'erin', action: 'endpoint.deleted', keyId: null, endpointId, target: path, changes: { keyIds: { from: [other.id], to: [] } } },
+        { actor: 'frank', action: 'key.deleted', keyId: k.id, endpointId: null, target: regenerated?.prefix, changes: { purpose: { from: 'etl-2', to: null }, isActive: { from: false, to: null } } }
+      ], 'one entry per change, newest first; a change of nothing (the same keys reassigned) writes none')
+      t.ok(entries.every((e) => e.at instanceof Date && Math.abs(e.at.getTime() - Date.now()) < 60_000 + CLOCK_SLACK_MS), 'each has its time')
+      t.ok(entries.every((e, i) => i === 0 || BigInt(e.id) < BigInt(entries[i - 1].id)), 'ids decrease down the list')
+      const text = JSON.stringify(entries)
+      for (const secret of [input.hash, 'hash-two']) t.notOk(text.includes(secret), 'no hash in any entry')
+      t.same(await s.listAudit(newProject(), { limit: 100 }), [], 'another project sees none of it')
+    })
+
+    t.test('audit: refused changes write nothing; pages go back with before; pruneAudit', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k = await keyIn(s, p)
+      const taken = await keyIn(s, newProject())
+      const l = at(p)
+      const count = async (): Promise<number> => (await s.listAudit(p, { limit: 1000 })).length
+      const start = await count()
+      t.equal(await s.updateKey(p, randomUUID(), { purpose: 'x' }, AUDIT), null)
+      t.equal(await s.deleteKey(p, randomUUID(), AUDIT), false)
+      t.equal(await s.deleteEndpoint(l, AUDIT), false)
+      await s.replaceKeySecret(p, k.id, { prefix: taken.prefix, hash: 'h' }, AUDIT).catch(() => {})
+      t.same(await s.putEndpoint(l, ['nope'], AUDIT), { ok: false, unknownKeyIds: ['nope'] }, 'an unknown key id is refused')
+      await s.createKey({ ...newKey(p), prefix: taken.prefix }, AUDIT).catch(() => {})
+      t.same(await s.updateKey(p, k.id, {}, AUDIT), await s.getKey(p, k.id), 'an empty patch')
+      t.same(await s.updateKey(p, k.id, { purpose: k.purpose, isActive: k.isActive, expiresAt: null }, AUDIT), await s.getKey(p, k.id), 'a patch to the same values')
+      t.equal(await count(), start, 'none of these wrote an entry')
+
+      for (let i = 0; i < 7; i++) await s.updateKey(p, k.id, { purpose: `p${i}` }, AUDIT)
+      const all = await s.listAudit(p, { limit: 100 })
+      const pages: string[][] = []
+      let before: string | undefined
+      for (;;) {
+        const page = await s.listAudit(p, { before, limit: 3 })
+        if (page.length === 0) break
+        pages.push(page.map((e) => e.id))
+        before = page[page.length - 1].id
+      }
+      t.same(pages.flat(), all.map((e) => e.id), 'pages of 3 with before walk the whole log once, newest first')
+      t.same(pages.map((x) => x.length), [3, 3, 2], `${all.length} entries`)
+
+      t.ok(await s.pruneAudit(new Date(Date.now() - 3_600_000)) >= 0, 'nothing of ours is an hour old')
+      t.equal(await count(), all.length)
+      await sleep(20)
+      t.ok(await s.pruneAudit(new Date(Date.now() + CLOCK_SLACK_MS)) >= all.length)
+      t.equal(await count(), 0, 'all older than a time after them: gone')
+    })
+
     // The plugin releases with its token after a claim call failed, not knowing
     // whether the claim was written: the token alone decides what goes.
     t.test('idempotency: release frees only the claim its token made', async (t) => {
       const [a, b] = await twoStores(t)
-      const endpoint = randomUUID()
+      const endpoint = { endpointId: randomUUID(), keyId: randomUUID() }
       const ttl = 60_000
       const [mine, theirs] = [randomUUID(), randomUUID()]
 
@@ -476,7 +745,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(await b.claimIdempotencyKey(endpoint, 'k', ttl, theirs), { claimed: false, response: null }, 'a claim that lost owns nothing')
       t.equal(await b.releaseIdempotencyKey(endpoint, 'k', theirs), false, 'so its token still releases nothing')
       t.equal(await b.releaseIdempotencyKey(endpoint, 'other', mine), false, 'a token is good for its own key only')
-      t.equal(await b.releaseIdempotencyKey(randomUUID(), 'k', mine), false, 'and its own endpoint only')
+      t.equal(await b.releaseIdempotencyKey({ ...endpoint, endpointId: randomUUID() }, 'k', mine), false, 'and its own endpoint only')
       t.same(await b.claimIdempotencyKey(endpoint, 'k', ttl, theirs), { claimed: false, response: null }, 'the claim is still held')
 
       t.equal(await b.releaseIdempotencyKey(endpoint, 'k', mine), true, 'its own token releases it, through any handle')
@@ -490,7 +759,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
 
     t.test('idempotency: a record older than the ttl counts as absent', async (t) => {
       const s = await store(t)
-      const endpoint = randomUUID()
+      const endpoint = { endpointId: randomUUID(), keyId: randomUUID() }
       const [first, second, third] = [randomUUID(), randomUUID(), randomUUID()]
       t.same(await s.claimIdempotencyKey(endpoint, 'running', 60_000, first), { claimed: true })
       t.same(await s.claimIdempotencyKey(endpoint, 'done', 60_000, randomUUID()), { claimed: true })
@@ -508,7 +777,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
     t.test('idempotency: of concurrent claims of one key, exactly one wins', async (t) => {
       const [a, b] = await twoStores(t)
       for (let round = 0; round < 5; round++) {
-        const endpoint = randomUUID()
+        const endpoint = { endpointId: randomUUID(), keyId: randomUUID() }
         const tokens = Array.from({ length: 16 }, () => randomUUID())
         const claims = await Promise.all(tokens.map(async (token, i) =>
           (i % 2 === 0 ? a : b).claimIdempotencyKey(endpoint, `key-${round}`, 60_000, token)))
@@ -519,7 +788,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       }
       // An expired record: again one winner among the handles. (The ttl must
       // outlast the spread of the claims, or a late one rightly wins anew.)
-      const endpoint = randomUUID()
+      const endpoint = { endpointId: randomUUID(), keyId: randomUUID() }
       await a.claimIdempotencyKey(endpoint, 'old', 60_000, randomUUID())
       await sleep(600)
       const claims = await Promise.all(Array.from({ length: 16 }, async (_, i) =>
@@ -533,16 +802,16 @@ export async function storageContract (t: Test, name: string, open: () => Promis
         const p = newProject()
         const k = await keyIn(a, p)
         const l = at(p)
-        await a.putEndpoint(l, [k.id])
+        await a.putEndpoint(l, [k.id], AUDIT)
         t.equal((await b.findEndpointKey(l, k.prefix))?.key?.isActive, true)
-        await a.updateKey(p, k.id, { isActive: false })
+        await a.updateKey(p, k.id, { isActive: false }, AUDIT)
         t.equal((await b.findEndpointKey(l, k.prefix))?.key?.isActive, false, 'disable')
         const prefix = randomAlphanumeric(10)
-        await a.replaceKeySecret(p, k.id, { prefix, hash: 'h' })
+        await a.replaceKeySecret(p, k.id, { prefix, hash: 'h' }, AUDIT)
         t.equal((await b.findEndpointKey(l, k.prefix))?.key, null, 'regenerate: old prefix')
-        await a.deleteKey(p, k.id)
+        await a.deleteKey(p, k.id, AUDIT)
         t.equal((await b.findEndpointKey(l, prefix))?.key, null, 'delete')
-        await a.deleteEndpoint(l)
+        await a.deleteEndpoint(l, AUDIT)
         t.equal(await b.findEndpointKey(l, null), null, 'endpoint delete')
       })
     }
@@ -550,12 +819,12 @@ export async function storageContract (t: Test, name: string, open: () => Promis
     t.test('close releases the store: closing twice is fine, later calls reject', async (t) => {
       const s = await open()
       const p = newProject()
-      await s.createKey(newKey(p))
+      await s.createKey(newKey(p), AUDIT)
       await s.close()
       await s.close()
       await t.rejects(s.listKeys(p), 'listKeys after close')
       await t.rejects(s.findEndpointKey(at(p), null), 'findEndpointKey after close')
-      await t.rejects(s.applyUsage({ calls: new Map([['x', 1]]), lastUsed: new Map() }), 'applyUsage after close')
+      await t.rejects(s.applyUsage({ calls: new Map([['x', 1]]), lastUsed: new Map(), counts: new Map() }), 'applyUsage after close')
     })
   })
 }

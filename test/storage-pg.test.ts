@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { PgStorage } from '../lib/pg-storage.js'
+import { MIGRATIONS, PgStorage } from '../lib/pg-storage.js'
 import { buildApp } from './helper.js'
 import { freshSchema, pgAvailable } from './pg.js'
 import { storageContract } from './storage-contract.js'
@@ -10,6 +10,7 @@ import { storageContract } from './storage-contract.js'
 // has: migrations shared by several instances, the pool, statement timeouts.
 
 const url = await pgAvailable(t)
+const AUDIT = { actor: 'test' }
 
 async function adminClient (t: Test, connectionString: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString })
@@ -46,7 +47,7 @@ if (url !== null) {
     const applied = (await admin.query(query)).rows
     t.ok(applied.length >= 1)
     t.same(applied.map((r) => r.version), applied.map((_, i) => i + 1), 'versions 1..n, each once')
-    await first.createKey({ ...project, prefix: 'CCCCCCCCCC', hash: 'h', purpose: 'kept', isActive: true })
+    await first.createKey({ ...project, prefix: 'CCCCCCCCCC', hash: 'h', purpose: 'kept', isActive: true, expiresAt: null }, AUDIT)
 
     const second = new PgStorage({ connectionString: url, schema: own })
     t.teardown(() => second.close())
@@ -55,23 +56,50 @@ if (url !== null) {
     t.same((await second.listKeys(project)).map((k) => k.purpose), ['kept'], 'data kept')
   })
 
+  /** The schema as the version with the first `version` migrations left it. */
+  async function schemaAtVersion (admin: pg.Client, own: string, version: number): Promise<void> {
+    await admin.query(`SET search_path TO "${own}"`)
+    await admin.query('CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())')
+    for (const [i, sql] of MIGRATIONS.slice(0, version).entries()) {
+      await admin.query(sql)
+      await admin.query('INSERT INTO schema_migrations (version) VALUES ($1)', [i + 1])
+    }
+    await admin.query('RESET search_path')
+  }
+
   t.test('a schema from before claim tokens is migrated: its claims stay held, new ones carry tokens', async (t) => {
     const { schema: own, client: admin } = await freshSchema(t, url)
-    const first = new PgStorage({ connectionString: url, schema: own })
-    await first.migrate()
-    await first.close()
-    // The schema as the previous version left it: migration 2 (claim_token) not yet applied, one key held.
-    await admin.query(`ALTER TABLE "${own}".idempotency_keys DROP COLUMN claim_token;
-                       DELETE FROM "${own}".schema_migrations WHERE version = 2;
-                       INSERT INTO "${own}".idempotency_keys VALUES ('e', 'held', NULL, now())`)
+    await schemaAtVersion(admin, own, 1)
+    await admin.query(`INSERT INTO "${own}".idempotency_keys VALUES ('e', 'held', NULL, now())`)
 
     const s = new PgStorage({ connectionString: url, schema: own })
     t.teardown(() => s.close())
-    t.same(await s.claimIdempotencyKey('e', 'held', 60_000, 'new'), { claimed: false, response: null }, 'the old claim is still held')
-    t.same((await admin.query(`SELECT version FROM "${own}".schema_migrations WHERE version = 2`)).rows, [{ version: 2 }], 'migration 2 applied')
-    t.equal(await s.releaseIdempotencyKey('e', 'held', 'new'), false, 'and no token releases it')
-    t.same(await s.claimIdempotencyKey('e', 'fresh', 60_000, 'new'), { claimed: true })
-    t.equal(await s.releaseIdempotencyKey('e', 'fresh', 'new'), true, 'a new claim is released by its token')
+    const scope = { endpointId: 'e', keyId: 'k' }
+    t.same(await s.claimIdempotencyKey(scope, 'held', 60_000, 'new'), { claimed: false, response: null }, 'the old claim is still held')
+    t.same((await admin.query(`SELECT version FROM "${own}".schema_migrations ORDER BY version`)).rows,
+      MIGRATIONS.map((_, i) => ({ version: i + 1 })), 'every migration applied')
+    t.equal(await s.releaseIdempotencyKey(scope, 'held', 'new'), false, 'and no token releases it')
+    t.same(await s.claimIdempotencyKey(scope, 'fresh', 60_000, 'new'), { claimed: true })
+    t.equal(await s.releaseIdempotencyKey(scope, 'fresh', 'new'), true, 'a new claim is released by its token')
+  })
+
+  t.test('a schema from before records were per key: its records hold for the whole endpoint until they expire', async (t) => {
+    const { schema: own, client: admin } = await freshSchema(t, url)
+    await schemaAtVersion(admin, own, 3)
+    await admin.query(`INSERT INTO "${own}".idempotency_keys (endpoint_id, idempotency_key, response, created_at, claim_token) VALUES
+      ('e', 'answered', '{"job_id":"1"}', now(), 't1'), ('e', 'running', NULL, now(), 't2'),
+      ('e', 'stale', '{"job_id":"0"}', now() - interval '2 minutes', 't3')`)
+
+    const s = new PgStorage({ connectionString: url, schema: own })
+    t.teardown(() => s.close())
+    for (const keyId of ['k1', 'k2']) {
+      const scope = { endpointId: 'e', keyId }
+      t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, 'x'), { claimed: false, response: '{"job_id":"1"}' }, `${keyId}: the answer is replayed`)
+      t.same(await s.claimIdempotencyKey(scope, 'running', 60_000, 'x'), { claimed: false, response: null }, `${keyId}: the claim is still held`)
+    }
+    t.same(await s.claimIdempotencyKey({ endpointId: 'e', keyId: 'k1' }, 'stale', 60_000, 'x'), { claimed: true }, 'an expired one is not answered')
+    t.same(await s.claimIdempotencyKey({ endpointId: 'e', keyId: 'k2' }, 'stale', 60_000, 'y'), { claimed: true }, 'and the new records are per key')
+    t.same(await s.claimIdempotencyKey({ endpointId: 'other', keyId: 'k1' }, 'answered', 60_000, 'z'), { claimed: true }, 'on its own endpoint only')
   })
 
   t.test('instances starting at once on a missing schema create it and apply each migration exactly once', async (t) => {
@@ -110,8 +138,8 @@ if (url !== null) {
     t.teardown(() => pool.end())
     const s = new PgStorage({ pool, schema })
     t.teardown(() => s.close())
-    const key = await s.createKey({ ...project, prefix: 'DDDDDDDDDD', hash: 'h', purpose: 'p', isActive: true })
-    await s.putEndpoint(locator, [key.id])
+    const key = await s.createKey({ ...project, prefix: 'DDDDDDDDDD', hash: 'h', purpose: 'p', isActive: true, expiresAt: null }, AUDIT)
+    await s.putEndpoint(locator, [key.id], AUDIT)
     t.equal((await s.findEndpointKey(locator, 'DDDDDDDDDD'))?.key?.id, key.id)
     t.equal((await s.findEndpointKey(locator, 'EEEEEEEEEE'))?.key, null)
     // One connection in the pool: this sees that session's statements.
@@ -190,11 +218,11 @@ if (url !== null) {
     const s = new PgStorage({ connectionString: url, schema })
     t.teardown(() => s.close())
     const p = { organization: 'big', project: 'counts' }
-    const key = await s.createKey({ ...p, prefix: 'FFFFFFFFFF', hash: 'h', purpose: 'p', isActive: true })
-    const put = await s.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, [key.id])
+    const key = await s.createKey({ ...p, prefix: 'FFFFFFFFFF', hash: 'h', purpose: 'p', isActive: true, expiresAt: null }, AUDIT)
+    const put = await s.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, [key.id], AUDIT)
     const id = put.ok ? put.endpoint.id : ''
-    await s.applyUsage({ calls: new Map([[id, 2 ** 40]]), lastUsed: new Map() })
-    await s.applyUsage({ calls: new Map([[id, 2 ** 40 + 1]]), lastUsed: new Map() })
+    await s.applyUsage({ calls: new Map([[id, 2 ** 40]]), lastUsed: new Map(), counts: new Map() })
+    await s.applyUsage({ calls: new Map([[id, 2 ** 40 + 1]]), lastUsed: new Map(), counts: new Map() })
     const calls = (await s.listEndpoints(p))[0].calls
     t.equal(typeof calls, 'number')
     t.equal(calls, 2 ** 41 + 1)
@@ -204,8 +232,8 @@ if (url !== null) {
     const s = new PgStorage({ connectionString: url, schema, queryTimeout: 300 })
     t.teardown(() => s.close())
     const p = { organization: 'locked', project: 'rows' }
-    const key = await s.createKey({ ...p, prefix: 'GGGGGGGGGG', hash: 'h', purpose: 'p', isActive: true })
-    const put = await s.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, [key.id])
+    const key = await s.createKey({ ...p, prefix: 'GGGGGGGGGG', hash: 'h', purpose: 'p', isActive: true, expiresAt: null }, AUDIT)
+    const put = await s.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, [key.id], AUDIT)
     const id = put.ok ? put.endpoint.id : ''
     t.same((await s.pool.query('SHOW statement_timeout')).rows, [{ statement_timeout: '300ms' }],
       'the server cancels a statement at queryTimeout too')
@@ -216,9 +244,9 @@ if (url !== null) {
     await admin.query(`SELECT 1 FROM "${schema}".endpoints WHERE id = $1 FOR UPDATE`, [id])
     await admin.query(`SELECT 1 FROM "${schema}".api_keys WHERE id = $1 FOR UPDATE`, [key.id])
     const blocked: Array<[string, () => Promise<unknown>]> = [
-      ['applyUsage', () => s.applyUsage({ calls: new Map([[id, 1]]), lastUsed: new Map() })],
-      ['updateKey', () => s.updateKey(p, key.id, { isActive: false })],
-      ['deleteKey', () => s.deleteKey(p, key.id)]
+      ['applyUsage', () => s.applyUsage({ calls: new Map([[id, 1]]), lastUsed: new Map(), counts: new Map() })],
+      ['updateKey', () => s.updateKey(p, key.id, { isActive: false }, AUDIT)],
+      ['deleteKey', () => s.deleteKey(p, key.id, AUDIT)]
     ]
     for (const [what, call] of blocked) {
       const started = Date.now()
@@ -227,7 +255,7 @@ if (url !== null) {
       t.ok(took < 2000, `${what} gave up after ${took} ms`)
     }
     await admin.query('ROLLBACK')
-    await s.applyUsage({ calls: new Map([[id, 1]]), lastUsed: new Map() })
+    await s.applyUsage({ calls: new Map([[id, 1]]), lastUsed: new Map(), counts: new Map() })
     t.equal((await s.listEndpoints(p))[0].calls, 1, 'the pool works again once the lock is gone')
   })
 

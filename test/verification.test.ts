@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import t, { type Test } from 'tap'
 import { bcryptHasher, SqliteStorage, type KeyHasher, type Storage, type UsageBatch } from '../lib/index.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL } from './helper.js'
 
@@ -24,6 +25,34 @@ function spyHasher (delayMs = 0): KeyHasher & { compares: number } {
   }
   return spy
 }
+
+/**
+ * bcrypt at cost 4 whose comparisons wait until the test calls `release()`,
+ * however long that is: a bcrypt slower than any hold, without a sleep.
+ * `entered` resolves once the first comparison has begun.
+ */
+function gatedHasher (): KeyHasher & { compares: number, entered: Promise<void>, release: () => void } {
+  const real = bcryptHasher(4)
+  let release = (): void => {}
+  const released = new Promise<void>((resolve) => { release = resolve })
+  let enter = (): void => {}
+  const entered = new Promise<void>((resolve) => { enter = resolve })
+  const gated = {
+    compares: 0,
+    entered,
+    release,
+    hash: real.hash,
+    async compare (value: string, hash: string) {
+      gated.compares++
+      enter()
+      await released
+      return real.compare(value, hash)
+    }
+  }
+  return gated
+}
+
+const LOCATOR = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 } as const
 
 t.test('one bcrypt for a first request, none for a repeat, whatever the number of keys', async (t) => {
   for (const keyCount of [1, 10, 100]) {
@@ -101,6 +130,10 @@ t.test('10,000 concurrent requests, then close: calls is exact', async (t) => {
   const { app } = await buildApp(t, { storage: new SqliteStorage({ filename }), usageFlushInterval: 5 })
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
+  // Verified once first, so the burst is about counting only: every request
+  // is a memo hit and none waits on a bcrypt (a burst of first requests has
+  // its own test below).
+  t.equal((await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })).statusCode, 200)
   const total = 10_000
   const results = await Promise.all(Array.from({ length: total }, async () =>
     app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })))
@@ -109,10 +142,91 @@ t.test('10,000 concurrent requests, then close: calls is exact', async (t) => {
 
   const reopened = new SqliteStorage({ filename })
   t.teardown(() => reopened.close())
-  const endpoint = await reopened.getEndpoint({ organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 })
-  t.equal(endpoint?.calls, total)
+  const endpoint = await reopened.getEndpoint(LOCATOR)
+  t.equal(endpoint?.calls, total + 1)
   const key = await reopened.getKey({ organization: 'acme', project: 'shop' }, k.id)
   t.ok(key?.updatedAt instanceof Date, 'updatedAt was written')
+})
+
+/**
+ * Sends `size` requests at once with `apiKey` from one address, through a
+ * throttle with a bound of 50 held `delayMs`, while the hasher's first
+ * comparison waits. It is released only once every request has been through
+ * the key hook and every hold has ended (a timer as long as the holds, set
+ * after theirs, fires after them), so the comparison outlasts the hold.
+ */
+async function burstOnSlowHasher (t: Test, apiKey: (k: { key: string }) => string, delayMs: number, size = 200) {
+  const hasher = gatedHasher()
+  let dispatched = 0
+  const { app, storage } = await buildApp(t, { hasher, failureThrottle: { maxFailures: 50, windowMs: 60_000, delayMs } }, { genReqId: () => String(++dispatched) })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const before = dispatched
+  const burst = Array.from({ length: size }, async () =>
+    app.inject({ url: DATASET_URL, query: { api_key: apiKey(k), meta: 'entities' } }))
+  await hasher.entered
+  // microtasks drained: each request has reached its hold or its comparison
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(dispatched - before, size, 'every request is in the key hook')
+  await sleep(delayMs)
+  hasher.release()
+  const answers = await Promise.all(burst)
+  await app.dataEndpoints.flushUsage()
+  const statuses: Record<number, number> = {}
+  for (const a of answers) statuses[a.statusCode] = (statuses[a.statusCode] ?? 0) + 1
+  return { statuses, answers, hasher, calls: (await storage.getEndpoint(LOCATOR))?.calls }
+}
+
+t.test('a burst of first requests with a good key on a slow hasher is served whole: calls is exact', async (t) => {
+  for (const delayMs of [1, 50]) {
+    const { statuses, hasher, calls } = await burstOnSlowHasher(t, (k) => k.key, delayMs)
+    t.same(statuses, { 200: 200 }, `held ${delayMs} ms: all served, none refused for the slow comparison`)
+    t.equal(hasher.compares, 1, 'one comparison for the whole burst')
+    t.equal(calls, 200)
+  }
+})
+
+t.test('the same burst with a wrong secret on a slow hasher: exactly the bound gets through', async (t) => {
+  for (const delayMs of [1, 50]) {
+    const { statuses, answers, hasher, calls } = await burstOnSlowHasher(t, (k) => k.key.slice(0, 11) + 'w'.repeat(21), delayMs)
+    t.same(statuses, { 403: 50, 429: 150 }, `held ${delayMs} ms`)
+    const limited = answers.find((a) => a.statusCode === 429)
+    t.same(limited?.json(), { message: 'Too many failed authentication attempts' })
+    t.match(limited?.headers['retry-after'], /^[1-9][0-9]*$/)
+    t.equal(hasher.compares, 1)
+    t.equal(calls, 0)
+  }
+})
+
+t.test('a held request whose value is being compared goes through when the comparison matches, not when the hold ends', async (t) => {
+  const hasher = gatedHasher()
+  // a hold far longer than the test may run: waiting it out would time out
+  const { app } = await buildApp(t, { hasher, failureThrottle: { maxFailures: 1, windowMs: 60_000, delayMs: 60_000 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const get = async () => app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'json' } })
+  const first = get()
+  await hasher.entered
+  const held = get()
+  hasher.release()
+  t.same([(await first).statusCode, (await held).statusCode], [200, 200])
+  t.equal(hasher.compares, 1)
+})
+
+t.test('a held request whose value did not match still waits out the hold', async (t) => {
+  const hasher = gatedHasher()
+  const { app } = await buildApp(t, { hasher, failureThrottle: { maxFailures: 1, windowMs: 60_000, delayMs: 300 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const get = async () => app.inject({ url: DATASET_URL, query: { api_key: k.key.slice(0, 11) + 'w'.repeat(21) } })
+  const first = get()
+  await hasher.entered
+  const start = Date.now()
+  const held = get()
+  hasher.release()
+  t.equal((await first).statusCode, 403)
+  t.equal((await held).statusCode, 429)
+  t.ok(Date.now() - start >= 290, 'answered after the hold, not when the comparison ended')
 })
 
 t.test('a failed counter write is retried, not dropped', async (t) => {
@@ -141,7 +255,7 @@ t.test('a failed counter write is retried, not dropped', async (t) => {
   t.equal(failures, 0, 'the store failed three times')
   const reopened = new SqliteStorage({ filename })
   t.teardown(() => reopened.close())
-  const endpoint = await reopened.getEndpoint({ organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 })
+  const endpoint = await reopened.getEndpoint(LOCATOR)
   t.equal(endpoint?.calls, 50)
 })
 
@@ -225,7 +339,8 @@ t.test('an IPv4-mapped IPv6 address is throttled as its IPv4 address', async (t)
 
 t.test('concurrent wrong secrets from one address: at most maxFailures get through', async (t) => {
   const hasher = spyHasher(20)
-  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 2, failureThrottle: { maxFailures: 5, windowMs: 60_000, delayMs: 0 } })
+  // the guesses all wait in one key's line: room for them all, so only the throttle bounds them
+  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 2, maxQueuedHashesPerKey: 100, failureThrottle: { maxFailures: 5, windowMs: 60_000, delayMs: 0 } })
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
   const answers = await Promise.all(Array.from({ length: 60 }, async (_, i) =>
@@ -276,7 +391,8 @@ t.test('failureThrottle: false never answers 429', async (t) => {
 
 t.test('bcrypt work is capped: beyond the queue, 429; verified keys keep working', async (t) => {
   const hasher = spyHasher(100)
-  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 1, maxQueuedHashes: 2, failureThrottle: false })
+  // one key's line could hold them all: the queue's total bounds them
+  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 1, maxQueuedHashes: 2, maxQueuedHashesPerKey: 100, failureThrottle: false })
   const good = await createKey(app, 'good')
   await assignKeys(app, 'dataset', [good.id])
   t.equal((await app.inject({ url: DATASET_URL, query: { api_key: good.key, format: 'json' } })).statusCode, 200)
@@ -293,4 +409,21 @@ t.test('bcrypt work is capped: beyond the queue, 429; verified keys keep working
   t.same(busy[0].json(), { message: 'Too many key verifications in progress' })
   t.equal(busy[0].headers['retry-after'], '1')
   t.equal(hasher.compares - before, 3)
+})
+
+t.test('a 429 for a full comparison queue is held delayMs, like the throttle\'s', async (t) => {
+  const hasher = gatedHasher()
+  const { app } = await buildApp(t, { hasher, maxConcurrentHashes: 1, maxQueuedHashes: 0, failureThrottle: { maxFailures: 50, windowMs: 60_000, delayMs: 300 } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const running = app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'json' } })
+  await hasher.entered
+  const start = Date.now()
+  const busy = await app.inject({ url: DATASET_URL, query: { api_key: k.key.slice(0, 11) + 'b'.repeat(21) } })
+  t.equal(busy.statusCode, 429)
+  t.same(busy.json(), { message: 'Too many key verifications in progress' })
+  t.equal(busy.headers['retry-after'], '1')
+  t.ok(Date.now() - start >= 290, 'answered after the hold')
+  hasher.release()
+  t.equal((await running).statusCode, 200)
 })

@@ -1,11 +1,9 @@
-import { mkdtemp, open, rm, type FileHandle } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import yazl from 'yazl'
 import type { Entity } from '../dataset-source.js'
 import type { ArchiveType, Download, DownloadSpec } from './index.js'
+import { SpooledEntry, type TarSpool } from './tar-spool.js'
 
 // The archives of csv-zip, json-zip and oracle-loader. Each entry's content is
 // produced only when the archive reaches it, and read only as fast as the
@@ -16,8 +14,10 @@ import type { ArchiveType, Download, DownloadSpec } from './index.js'
 // 4 GiB or 65,535 entries. (fflate has no ZIP64; archiver's append() queues
 // without backpressure.)
 // tar: tar-stream. A tar header carries the entry's size, so each entry is
-// spooled first: in memory up to `spoolLimit`, then to a temporary file that
-// is removed when the entry is written, or when the download fails or stops.
+// spooled first (tar-spool.ts: memory, then a file within a disk budget); the
+// file is removed when the entry is written, or when the download fails or
+// stops. A dataset marked repeatable is read twice instead: once to measure
+// each entry, once to send it.
 
 export interface ArchiveEntry {
   name: string
@@ -44,85 +44,6 @@ export function zipArchive (entries: readonly ArchiveEntry[], mtime = new Date()
   return out
 }
 
-export interface TarOptions {
-  /** bytes of one entry kept in memory before it goes to a temporary file; default 256 KiB */
-  spoolLimit?: number
-  /** where temporary files go; default the OS temporary directory */
-  tmpDir?: string
-  mtime?: Date
-}
-
-/** Writes a chunk at the file's position; text is encoded by fs itself, with no Buffer to collect. */
-async function writeAll (file: FileHandle, chunk: string | Buffer): Promise<void> {
-  const expected = typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
-  const { bytesWritten } = typeof chunk === 'string' ? await file.write(chunk) : await file.write(chunk)
-  if (bytesWritten !== expected) throw new Error(`Short write to a tar spool file (${bytesWritten} of ${expected} bytes)`)
-}
-
-/** Bytes read back from a spool file at a time. */
-const READ_SIZE = 64 * 1024
-
-/**
- * Holds one entry until its size is known: memory first, then a file. Text
- * stays text until it is written out (fs encodes it without a Buffer of ours),
- * so spooling adds little garbage.
- */
-class Spool {
-  size = 0
-  private chunks: Array<string | Buffer> = []
-  private file: FileHandle | null = null
-  private path: string | null = null
-
-  constructor (private readonly limit: number, private readonly directory: () => Promise<string>) {}
-
-  async write (chunk: string | Buffer): Promise<void> {
-    this.size += typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
-    if (this.file === null && this.size <= this.limit) {
-      this.chunks.push(chunk)
-      return
-    }
-    if (this.file === null) {
-      this.path = join(await this.directory(), `entry-${Date.now()}-${Math.random().toString(36).slice(2)}`)
-      this.file = await open(this.path, 'w')
-      for (const held of this.chunks) await writeAll(this.file, held)
-      this.chunks = []
-    }
-    await writeAll(this.file, chunk)
-  }
-
-  /**
-   * The spooled bytes, in order. From the file, each chunk is read into one
-   * reused buffer and handed on as a fresh copy made through a one-byte
-   * string. A Buffer's memory is freed only by a GC, and reading a file
-   * allocates next to nothing else, so V8 let dead chunks pile up (tens of
-   * MB in the formats benchmark). The string, on the V8 heap, makes the
-   * young-generation GCs keep pace, and they free the dead chunks with it;
-   * latin1 maps each byte to one character and back, so any bytes pass.
-   */
-  async * read (): AsyncGenerator<Buffer> {
-    if (this.path === null) {
-      for (const chunk of this.chunks) yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk
-      return
-    }
-    await this.file?.close()
-    this.file = await open(this.path, 'r')
-    const buffer = Buffer.allocUnsafe(READ_SIZE)
-    for (;;) {
-      const { bytesRead } = await this.file.read(buffer, 0, READ_SIZE, null)
-      if (bytesRead === 0) return
-      yield Buffer.from(buffer.toString('latin1', 0, bytesRead), 'latin1')
-    }
-  }
-
-  async dispose (): Promise<void> {
-    this.chunks = []
-    await this.file?.close().catch(() => {})
-    this.file = null
-    if (this.path !== null) await rm(this.path, { force: true })
-    this.path = null
-  }
-}
-
 interface Closable {
   once (event: string, listener: (...args: unknown[]) => void): unknown
   off (event: string, listener: (...args: unknown[]) => void): unknown
@@ -138,35 +59,87 @@ function eventOrClose (stream: Closable, event: string): Promise<void> {
   })
 }
 
-/** The tar archive of `entries`, streamed (each entry spooled first). */
-export function tarArchive (entries: readonly ArchiveEntry[], options: TarOptions = {}): Readable {
-  const { spoolLimit = 256 * 1024, tmpDir = tmpdir(), mtime = new Date() } = options
-  const pack = tar.pack()
-  let directory: Promise<string> | null = null
-  const makeDirectory = (): Promise<string> => (directory ??= mkdtemp(join(tmpDir, 'fastify-data-endpoints-')))
+export interface TarOptions {
+  /** where entries wait until their size is known */
+  spool: TarSpool
+  /** whether the response has sent its first byte: until then a full spool fails at once (a 503), after it waits a bounded time */
+  responseStarted: () => boolean
+  /** read each entry twice, to measure it and then to send it, with no spool (a repeatable dataset) */
+  readTwice?: boolean
+  mtime?: Date
+}
 
-  async function writeEntry (entry: ArchiveEntry): Promise<void> {
-    const spool = new Spool(spoolLimit, makeDirectory)
+function byteLength (chunk: string | Buffer): number {
+  return typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
+}
+
+/**
+ * The entry's second read, which must be as long as the first: a longer
+ * one is cut before the surplus and fails, as does a shorter one, so the
+ * archive ends incomplete rather than with a header that lies.
+ */
+async function * readAgain (entry: ArchiveEntry, size: number): AsyncGenerator<Buffer> {
+  let read = 0
+  for await (const chunk of entry.content()) {
+    read += byteLength(chunk)
+    if (read > size) break
+    yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+  }
+  if (read !== size) {
+    throw new Error(`${entry.name} changed between the two reads of a repeatable dataset (${size} bytes, then ${read > size ? 'more' : read})`)
+  }
+}
+
+/**
+ * The tar archive of `entries`, streamed. A tar header carries the entry's
+ * size, so each entry is first held in the spool until its end, or, with
+ * `readTwice`, read once to measure it.
+ */
+export function tarArchive (entries: readonly ArchiveEntry[], options: TarOptions): Readable {
+  const { spool, responseStarted, readTwice = false, mtime = new Date() } = options
+  const pack = tar.pack()
+  // Ends a wait for budget when the client leaves or the download fails.
+  const stopped = new AbortController()
+  pack.once('close', () => stopped.abort())
+  const download = spool.open(responseStarted, stopped.signal, () => pack.destroy(new Error('The server closed during the download')))
+
+  /** Writes an entry of `size` bytes, taken from `bytes` as fast as the archive is read. */
+  async function writeSized (name: string, size: number, bytes: AsyncIterable<Buffer>): Promise<void> {
+    const sink = pack.entry({ name, size, mtime, mode: 0o644 })
+    // Destroying the archive (the client left) errors the entry being
+    // written; unheard, that error would crash the process. Its close, which
+    // follows, rejects `finished`, and that ends this entry.
+    sink.on('error', () => {})
+    const finished = eventOrClose(sink, 'finish')
+    finished.catch(() => {}) // awaited below; not unhandled if a write fails first
+    for await (const buf of bytes) {
+      if (sink.destroyed) break
+      if (!sink.write(buf)) await eventOrClose(sink, 'drain')
+    }
+    if (!sink.destroyed) sink.end(null)
+    await finished
+  }
+
+  async function writeMeasured (entry: ArchiveEntry): Promise<void> {
+    let size = 0
+    for await (const chunk of entry.content()) {
+      if (pack.destroyed) return
+      size += byteLength(chunk)
+    }
+    await writeSized(entry.name, size, readAgain(entry, size))
+  }
+
+  async function writeSpooled (entry: ArchiveEntry): Promise<void> {
+    const spooled = new SpooledEntry(spool, download)
     try {
       for await (const chunk of entry.content()) {
         if (pack.destroyed) return
-        await spool.write(chunk)
+        await spooled.write(chunk)
       }
-      const sink = pack.entry({ name: entry.name, size: spool.size, mtime, mode: 0o644 })
-      // Destroying the archive (the client left) errors the entry being
-      // written; unheard, that error would crash the process. Its close, which
-      // follows, rejects `finished`, and that ends this entry.
-      sink.on('error', () => {})
-      const finished = eventOrClose(sink, 'finish')
-      finished.catch(() => {}) // awaited below; not unhandled if a write fails first
-      for await (const buf of spool.read()) {
-        if (sink.destroyed) break
-        if (!sink.write(buf)) await eventOrClose(sink, 'drain')
-      }
-      if (!sink.destroyed) sink.end(null)
-      await finished
+      await writeSized(entry.name, spooled.size, spooled.read())
     } finally {
-      await spool.dispose()
+      // The file goes, and its budget with it, before the next entry is read.
+      await spooled.dispose()
     }
   }
 
@@ -175,24 +148,23 @@ export function tarArchive (entries: readonly ArchiveEntry[], options: TarOption
     try {
       for (const entry of entries) {
         if (pack.destroyed) break
-        await writeEntry(entry)
+        await (readTwice ? writeMeasured(entry) : writeSpooled(entry))
       }
     } catch (err) {
       failure = err as Error
     }
-    // Clean up before the reader sees the end, so nothing outlives the download.
-    if (directory !== null) await rm(await directory, { recursive: true, force: true }).catch(() => {})
     if (failure !== null) pack.destroy(failure)
     else if (!pack.destroyed) pack.finalize()
   }
 
-  void run()
+  void run().finally(() => spool.forget(download))
   return Readable.from(pack, { objectMode: false })
 }
 
 /** The archive of `entries` in the requested type. */
-export function archiveBody (entries: readonly ArchiveEntry[], spec: Pick<DownloadSpec, 'archiveType'>): Readable {
-  return spec.archiveType === 'tar' ? tarArchive(entries) : zipArchive(entries)
+export function archiveBody (entries: readonly ArchiveEntry[], spec: Pick<DownloadSpec, 'archiveType' | 'dataset' | 'tarSpool' | 'responseStarted'>): Readable {
+  if (spec.archiveType === 'zip') return zipArchive(entries)
+  return tarArchive(entries, { spool: spec.tarSpool, responseStarted: () => spec.responseStarted, readTwice: spec.dataset.repeatable === true })
 }
 
 const CONTENT_TYPES: Record<ArchiveType, string> = { zip: 'application/zip', tar: 'application/x-tar' }

@@ -33,7 +33,7 @@ export function csvRowWriter (entity: Entity): (row: Row) => string {
 }
 
 /** One entity as a CSV file, header row first, in chunks. */
-export function csvChunks (spec: DownloadSpec, entity: Entity): AsyncGenerator<string> {
+export function csvChunks (spec: DownloadSpec, entity: Entity): AsyncGenerator<string | Buffer> {
   const header = entity.columns.map((c) => csvField(c.name)).join(',') + '\r\n'
   return entityChunks(spec, entity, delimitedRows(csvRowWriter(entity), header, ''))
 }

@@ -3,7 +3,9 @@ import type { DownloadAbort } from '../download-abort.js'
 import { csvZipFormat } from './csv.js'
 import { jsonFormat, jsonZipFormat } from './json.js'
 import { oracleLoaderFormat } from './oracle.js'
+import type { Pace } from './pace.js'
 import { sqlFormat } from './sql.js'
+import type { TarSpool } from './tar-spool.js'
 
 // The download formats of SPEC.md §4.1. Each turns a dataset into a byte
 // stream that pulls rows only as fast as the client reads them.
@@ -20,8 +22,14 @@ export interface DownloadSpec {
   /** rows per entity; undefined for all */
   limit: number | undefined
   archiveType: ArchiveType
+  /** where tar entries wait until their size is known (the plugin's one spool, with its disk budget) */
+  tarSpool: TarSpool
+  /** set once the response's headers went out: until then a failure can still be answered as an error */
+  responseStarted: boolean
   /** aborted when the client goes away; its `signal` is made on first read */
   abort: Pick<DownloadAbort, 'aborted' | 'signal'>
+  /** its chunk size and its share of the event loop */
+  pace: Pace
 }
 
 export interface Download {

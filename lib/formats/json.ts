@@ -1,47 +1,85 @@
 import type { Column, Entity, Row } from '../dataset-source.js'
 import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './index.js'
-import { delimitedRows, entityChunks, rowWriter, type CellWriter } from './rows.js'
+import { entityChunks, rowWriter, separated, type CellWriter } from './rows.js'
 import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText } from './values.js'
 
 // json and json-zip. bigint and decimal are strings (no precision lost),
 // binary is base64, dates and timestamps ISO 8601 strings, NULL is null.
 
-/** A column's value as a JSON literal. */
-function jsonCell (column: Column): CellWriter {
+// Longer strings go to JSON.stringify directly: scanning them costs as much as it does.
+const SHORT_STRING = 32
+
+/**
+ * Whether JSON.stringify(s) is s in quotes, told by a scan for short
+ * strings; a longer one counts as needing JSON.stringify. A download asks
+ * this for every text cell, and JSON.stringify, a call into the runtime,
+ * costs more than a scan of a few characters.
+ */
+export function isPlainJsonString (s: string): boolean {
+  if (s.length > SHORT_STRING) return false
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    // What JSON.stringify escapes: controls, '"', '\\' and lone surrogates (it is asked about any surrogate).
+    if (c < 0x20 || c === 0x22 || c === 0x5c || (c >= 0xd800 && c <= 0xdfff)) return false
+  }
+  return true
+}
+
+/**
+ * A column's member of a row object: `key` (the text before the value, such
+ * as ',"kind":') and the value as a JSON literal. Each writer writes its own
+ * key, so a row costs one string concatenation per column, and NULL costs
+ * none.
+ */
+function jsonMember (column: Column, key: string): CellWriter {
+  const nullMember = key + 'null'
+  const quoted = key + '"' // before a string value written as it is
   switch (column.type) {
-    case 'integer': return (v) => { const n = integerValue(v); return n === null ? 'null' : String(n) }
-    case 'float': return (v) => { const n = floatValue(v); return n === null ? 'null' : floatText(n) }
-    case 'boolean': return (v) => { const b = booleanValue(v); return b === null ? 'null' : b ? 'true' : 'false' }
+    case 'integer': return (v) => { const n = integerValue(v); return n === null ? nullMember : key + String(n) }
+    case 'float': return (v) => { const n = floatValue(v); return n === null ? nullMember : key + floatText(n) }
+    case 'boolean': {
+      const [yes, no] = [key + 'true', key + 'false']
+      return (v) => { const b = booleanValue(v); return b === null ? nullMember : b ? yes : no }
+    }
     case 'text': {
       const text = canonicalText(column)
-      return (v) => { const s = text(v); return s === null ? 'null' : JSON.stringify(s) }
+      return (v) => {
+        const s = text(v)
+        return s === null ? nullMember : isPlainJsonString(s) ? quoted + s + '"' : key + JSON.stringify(s)
+      }
     }
-    case 'json': return (v) => jsonText(v) ?? 'null'
-    case 'binary': return (v) => { const b = binaryValue(v); return b === null ? 'null' : '"' + b.toString('base64') + '"' }
+    case 'json': return (v) => { const s = jsonText(v); return s === null ? nullMember : key + s }
+    case 'binary': return (v) => { const b = binaryValue(v); return b === null ? nullMember : quoted + b.toString('base64') + '"' }
     default: {
       // bigint, decimal, date, timestamp: canonical text holds no character JSON escapes
       const text = canonicalText(column)
-      return (v) => { const s = text(v); return s === null ? 'null' : '"' + s + '"' }
+      return (v) => { const s = text(v); return s === null ? nullMember : quoted + s + '"' }
     }
   }
 }
 
-/** Serialises one row as a JSON object, keys in column order. */
-export function jsonRowWriter (entity: Entity): (row: Row) => string {
-  const keys = entity.columns.map((c, i) => (i === 0 ? '{' : ',') + JSON.stringify(c.name) + ':')
-  return rowWriter(entity, entity.columns.map(jsonCell), keys, '}')
+/** Serialises one row as a JSON object, keys in column order, with `start` before it. */
+export function jsonRowWriter (entity: Entity, start = ''): (row: Row) => string {
+  const members = entity.columns.map((c, i) => jsonMember(c, (i === 0 ? start + '{' : ',') + JSON.stringify(c.name) + ':'))
+  return rowWriter(entity, members, separated(members.length, ''), '}')
 }
 
 /**
  * One entity as a JSON array of row objects, one row per line, in chunks,
  * with `before` and `after` around it.
  */
-export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n'): AsyncGenerator<string> {
-  return entityChunks(spec, entity, delimitedRows(jsonRowWriter(entity), before + '[\n', '\n]' + after, ',\n'))
+export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n'): AsyncGenerator<string | Buffer> {
+  const first = jsonRowWriter(entity)
+  const next = jsonRowWriter(entity, ',\n') // the separator written with the first key: no concatenation of its own
+  return entityChunks(spec, entity, {
+    head: before + '[\n',
+    row: (row, i) => (i === 0 ? first(row) : next(row)),
+    tail: () => '\n]' + after
+  })
 }
 
-async function * jsonDocument (spec: DownloadSpec): AsyncGenerator<string> {
+async function * jsonDocument (spec: DownloadSpec): AsyncGenerator<string | Buffer> {
   const { entities } = spec
   if (entities.length === 0) yield '{}\n'
   for (let i = 0; i < entities.length; i++) {

@@ -2,9 +2,6 @@ import type { Entity, Row, RowsOptions } from '../dataset-source.js'
 import type { DownloadSpec } from './index.js'
 import { columnError } from './values.js'
 
-/** Text chunks are gathered up to this size before they are handed to the stream. */
-export const CHUNK_SIZE = 64 * 1024
-
 /** Writes one value of a column as the format's text (NULL included). */
 export type CellWriter = (value: unknown) => string
 
@@ -88,14 +85,82 @@ class LazySignalOptions implements RowsOptions {
 }
 
 /**
- * One entity as text chunks of about CHUNK_SIZE: head, each row, tail. Reads
- * at most `spec.limit` rows even if the source ignores the limit. A source
- * that returns a plain (sync) iterable is read a chunk at a time with no
- * await per row. Stopping early (limit, consumer gone, error) returns the
- * source's iterator, so it stops reading.
+ * A chunk that is not the last, as a Buffer. The response sends a Buffer
+ * anyway; made here, it is the only copy of the chunk. Each generator that
+ * passes it on keeps what it handed out last until it is asked for more,
+ * which for a client that stopped reading lasts as long as the client waits;
+ * as text that would be a second copy of the chunk the response is sending.
+ *
+ * Called as `handOut(chunk + (chunk = ''))`, so that the text is emptied
+ * before the generator suspends and the Buffer is held by no variable. V8
+ * can keep what a generator's variables held when optimised code took over
+ * long past their use: a variable holding the Buffer kept one early chunk of
+ * each download alive to its end.
  */
-export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string> {
-  const { limit, abort } = spec
+function handOut (chunk: string): Buffer {
+  return Buffer.from(chunk)
+}
+
+/**
+ * Results that are emptied once the next one is asked for. A generator that
+ * delegates to entityChunks (`yield*` in jsonDocument and sqlScript) holds
+ * the results it got in the same way V8 can hold a generator's variables (see
+ * handOut): measured, every json download to a client that stopped reading
+ * kept an earlier chunk there besides the one its response was sending.
+ */
+class EmptiedResults<T> implements AsyncGenerator<T> {
+  #last: { value: T | undefined } | null = null
+
+  constructor (private readonly inner: AsyncGenerator<T>) {}
+
+  #forgetLast (): void {
+    if (this.#last !== null) this.#last.value = undefined
+    this.#last = null
+  }
+
+  next (): Promise<IteratorResult<T>> {
+    this.#forgetLast()
+    return this.inner.next().then((result) => {
+      this.#last = result
+      return result
+    })
+  }
+
+  return (value?: unknown): Promise<IteratorResult<T>> {
+    this.#forgetLast()
+    return this.inner.return(value)
+  }
+
+  throw (err: unknown): Promise<IteratorResult<T>> {
+    this.#forgetLast()
+    return this.inner.throw(err)
+  }
+
+  [Symbol.asyncIterator] (): this {
+    return this
+  }
+}
+
+/**
+ * One entity in chunks: head, each row, tail. A chunk is handed out when it
+ * reaches the download's chunk size or when the download's time slice is
+ * spent, and the download gives the event loop a turn before it writes the
+ * next (see pace.ts). Every chunk but the last is a Buffer (see handOut); the
+ * last stays text, so a download that fits in one chunk goes out as one
+ * string. Reads at most `spec.limit` rows even if the source ignores the
+ * limit. A source that returns a plain (sync) iterable is read with no await
+ * per row. Stopping early (limit, consumer gone, error) returns the source's
+ * iterator, so it stops reading.
+ */
+export function entityChunks (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string | Buffer> {
+  return new EmptiedResults(chunksOf(spec, entity, text))
+}
+
+async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string | Buffer> {
+  const { limit, abort, pace } = spec
+  const { chunkSize } = pace
+  // Many small entities in a row must not add up to a long stretch either.
+  if (pace.turnDue) await pace.turn()
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
@@ -106,15 +171,16 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
       let exhausted = false
       try {
         for (;;) {
-          while (chunk.length < CHUNK_SIZE) {
+          while (chunk.length < chunkSize) {
             const next = iterator.next()
             if (next.done === true) { exhausted = true; break }
             chunk += text.row(next.value, n)
             if (++n === limit) break
+            if (pace.rowWritten()) break
           }
           if (exhausted || n === limit || abort.aborted) break
-          yield chunk
-          chunk = ''
+          yield handOut(chunk + (chunk = ''))
+          await pace.turn()
         }
       } finally {
         if (!exhausted) iterator.return?.()
@@ -132,9 +198,11 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
           if (step.done === true) { exhausted = true; break }
           chunk += text.row(step.value, n)
           if (++n === limit) break
-          if (chunk.length >= CHUNK_SIZE) {
-            yield chunk
-            chunk = ''
+          // A source that resolves its rows at once runs on microtasks alone,
+          // so the slice is checked here as well.
+          if (pace.rowWritten() || chunk.length >= chunkSize) {
+            yield handOut(chunk + (chunk = ''))
+            await pace.turn()
           }
         }
       } finally {
@@ -144,7 +212,9 @@ export async function * entityChunks (spec: DownloadSpec, entity: Entity, text: 
   }
   // A source that stopped because the client left must not end like a whole file.
   if (abort.aborted) throw new Error('Download aborted')
-  yield chunk + text.tail()
+  chunk += text.tail()
+  pace.wrote(chunk.length)
+  yield chunk
 }
 
 /** Rows joined by `between`, inside `head` and `tail`. */

@@ -155,7 +155,7 @@ function entityScript (entity: Entity, createTable: string, head: string, tail: 
   }
 }
 
-async function * sqlScript (spec: DownloadSpec, tables: readonly string[]): AsyncGenerator<string> {
+async function * sqlScript (spec: DownloadSpec, tables: readonly string[]): AsyncGenerator<string | Buffer> {
   const begin = '-- fastify-data-endpoints sql export: loads into PostgreSQL or SQLite in one transaction\nBEGIN;\n'
   const commit = '\nCOMMIT;\n'
   const { entities } = spec

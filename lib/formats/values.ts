@@ -95,9 +95,16 @@ export function floatValue (value: unknown): number | null {
   return n === 0 ? 0 : n // -0 has no portable text form
 }
 
-/** Shortest text that reads back as the same double ('1e+21', '5e-324'). */
+/**
+ * Shortest text that reads back as the same finite double ('1e+21',
+ * '5e-324'): the text String(n) gives. JSON.stringify writes a finite
+ * number exactly so, but goes straight to the conversion, where String(n)
+ * first probes V8's number-to-string cache: in a download nearly every value
+ * is new, and that probe (two cache misses when the CPU caches are full of
+ * the stream) cost more than the conversion.
+ */
 export function floatText (n: number): string {
-  return String(n)
+  return JSON.stringify(n)
 }
 
 /** text / varchar(n): a string of at most `maxLength` characters (code points). */
@@ -163,28 +170,36 @@ export function dateText (value: unknown): string | null {
   return value as string
 }
 
-function digits (s: string, from: number, to: number): number {
-  let n = 0
-  for (let i = from; i < to; i++) {
-    const d = s.charCodeAt(i) - 48
-    if (d < 0 || d > 9) return -1
-    n = n * 10 + d
-  }
-  return n
+/** The two decimal digits at s[i] and s[i + 1] as a number, or -1. */
+function twoDigits (s: string, i: number): number {
+  const tens = s.charCodeAt(i) - 48
+  const ones = s.charCodeAt(i + 1) - 48
+  return tens >= 0 && tens <= 9 && ones >= 0 && ones <= 9 ? tens * 10 + ones : -1
 }
+
+const [DASH, COLON, POINT, LETTER_T, LETTER_Z] = ['-', ':', '.', 'T', 'Z'].map((c) => c.charCodeAt(0))
 
 /**
  * The fast path: exactly 'YYYY-MM-DDTHH:MM:SS.sssZ' (what toISOString and
- * most drivers write) with valid fields, checked without a regular expression.
+ * most drivers write) with valid fields, checked without a regular
+ * expression. It runs once per timestamp cell, so it reads character codes
+ * (no one-character strings) and each field once.
  */
 function isCanonicalUtc (s: string): boolean {
-  if (s.length !== 24 || s[4] !== '-' || s[7] !== '-' || s[10] !== 'T' || s[13] !== ':' || s[16] !== ':' || s[19] !== '.' || s[23] !== 'Z') return false
-  const year = digits(s, 0, 4)
-  const month = digits(s, 5, 7)
-  const day = digits(s, 8, 10)
-  return year >= 1 && month >= 1 && month <= 12 && day >= 1 && day <= daysInMonth(year, month) &&
-    digits(s, 11, 13) >= 0 && digits(s, 11, 13) <= 23 && digits(s, 14, 16) >= 0 && digits(s, 14, 16) <= 59 &&
-    digits(s, 17, 19) >= 0 && digits(s, 17, 19) <= 59 && digits(s, 20, 23) >= 0
+  if (s.length !== 24 || s.charCodeAt(4) !== DASH || s.charCodeAt(7) !== DASH || s.charCodeAt(10) !== LETTER_T ||
+    s.charCodeAt(13) !== COLON || s.charCodeAt(16) !== COLON || s.charCodeAt(19) !== POINT || s.charCodeAt(23) !== LETTER_Z) return false
+  const century = twoDigits(s, 0)
+  const yearOfCentury = twoDigits(s, 2)
+  const month = twoDigits(s, 5)
+  const day = twoDigits(s, 8)
+  const hour = twoDigits(s, 11)
+  const minute = twoDigits(s, 14)
+  const second = twoDigits(s, 17)
+  const year = century * 100 + yearOfCentury
+  return century >= 0 && yearOfCentury >= 0 && year >= 1 && month >= 1 && month <= 12 &&
+    day >= 1 && (day <= 28 || day <= daysInMonth(year, month)) &&
+    hour >= 0 && hour <= 23 && minute >= 0 && minute <= 59 && second >= 0 && second <= 59 &&
+    twoDigits(s, 20) >= 0 && twoDigits(s, 21) >= 0 // the milliseconds: three digits
 }
 
 const TIMESTAMP_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,]([0-9]+))?)?)? ?(Z|z|[+-][0-9]{2}(?::?[0-9]{2})?)?$/
@@ -199,13 +214,13 @@ const TIMESTAMP_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9
 export function timestampText (withTimeZone: boolean): (value: unknown) => string | null {
   const zone = withTimeZone ? 'Z' : ''
   return (value) => {
+    if (typeof value === 'string' && isCanonicalUtc(value)) return withTimeZone ? value : value.slice(0, 23)
     if (value === null || value === undefined) return null
     if (value instanceof Date) {
       timeOf(value)
       const iso = value.toISOString()
       return withTimeZone ? iso : iso.slice(0, -1)
     }
-    if (typeof value === 'string' && isCanonicalUtc(value)) return withTimeZone ? value : value.slice(0, 23)
     const m = typeof value === 'string' ? TIMESTAMP_TEXT.exec(value) : null
     if (m === null) throw new ValueError('a timestamp column needs a Date or ISO 8601 text')
     const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])]

@@ -7,9 +7,19 @@
 const API = new URL('../', location.href)
 const TOKEN_KEY = 'data-endpoints-token'
 
+const HOUR_MS = 60 * 60 * 1000
+const DAY_MS = 24 * HOUR_MS
+/** The charts' span: the current UTC hour and the 167 before it. */
+const CHART_HOURS = 7 * 24
+/** Keys that expire sooner than this are flagged. */
+const EXPIRY_WARNING_MS = 7 * DAY_MS
+
 const $ = (selector) => document.querySelector(selector)
 const project = { organization: '', project: '' }
 let keys = []
+let endpointList = []
+/** The project's usage over the charts' span, or { error } when the usage route refused. */
+let usage = { first: 0, byKey: new Map(), byEndpoint: new Map() }
 
 class ApiError extends Error {
   constructor (message, status) {
@@ -121,7 +131,18 @@ function sequenceProblem (input) {
   return `Enter a whole number from 1 to ${Number.MAX_SAFE_INTEGER}.`
 }
 
-const FIELD_CHECKS = new Map([['purpose', purposeProblem], ['modelSequence', sequenceProblem], ['resourceSequence', sequenceProblem]])
+// An expiry in the past is refused by the API; a field left as it was
+// (an expired key whose purpose is edited) is not checked.
+function expiryProblem (input) {
+  if (input.value === '' || input.value === input.dataset.unchanged) return ''
+  const at = new Date(input.value).getTime()
+  if (Number.isNaN(at)) return 'Enter a date and a time.'
+  return at <= Date.now() ? 'Choose a time in the future, or leave the field empty for no expiry.' : ''
+}
+
+const FIELD_CHECKS = new Map([
+  ['purpose', purposeProblem], ['modelSequence', sequenceProblem], ['resourceSequence', sequenceProblem], ['expiresAt', expiryProblem]
+])
 
 /** Sets a field's own validity message; call it too after setting its value from code. */
 function checkField (input) {
@@ -130,6 +151,43 @@ function checkField (input) {
 document.addEventListener('input', (event) => {
   if (FIELD_CHECKS.has(event.target.name)) checkField(event.target)
 })
+
+/** Checks a form's fields again (time has passed since they were typed); false when one is refused. */
+function recheck (form) {
+  for (const input of form.elements) if (FIELD_CHECKS.has(input.name)) checkField(input)
+  return form.reportValidity()
+}
+
+// --- times -----------------------------------------------------------------
+
+const hourStart = (ms) => ms - (ms % HOUR_MS)
+const hourFormat = new Intl.DateTimeFormat(undefined, { weekday: 'short', day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' })
+const clockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' })
+
+function timeEl (iso, text = new Date(iso).toLocaleString()) {
+  return el('time', { dateTime: iso, textContent: text })
+}
+
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`
+
+/** "in 5 hours", "in 3 days": how long until an expiry, roughly. */
+function timeLeft (ms) {
+  if (ms < HOUR_MS) return 'within the hour'
+  if (ms < 2 * DAY_MS) return `in ${plural(Math.round(ms / HOUR_MS), 'hour', 'hours')}`
+  return `in ${plural(Math.round(ms / DAY_MS), 'day', 'days')}`
+}
+
+/** The value of a datetime-local field (local wall time, to the minute) for an ISO time. */
+function localInputValue (iso) {
+  const d = new Date(iso)
+  const pad = (n) => String(n).padStart(2, '0')
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`
+}
+
+/** The ISO time of a datetime-local field (read as local time), or null when it is empty. */
+function expiryOf (input) {
+  return input.value === '' ? null : new Date(input.value).toISOString()
+}
 
 // --- dialogs ---------------------------------------------------------------
 
@@ -180,24 +238,177 @@ $('#copy-key').addEventListener('click', async () => {
 })
 
 let editedKey = null
-$('#purpose-cancel').addEventListener('click', () => $('#purpose-dialog').close())
-$('#purpose-form').addEventListener('submit', async (event) => {
+$('#edit-cancel').addEventListener('click', () => $('#edit-dialog').close())
+$('#edit-never').addEventListener('click', () => {
+  const input = $('#edit-form').elements.expiresAt
+  input.value = ''
+  checkField(input)
+})
+$('#edit-form').addEventListener('submit', async (event) => {
   event.preventDefault()
-  const purpose = event.target.elements.purpose.value
-  $('#purpose-dialog').close()
+  const form = event.target
+  if (!recheck(form)) return
   const key = editedKey
-  await attempt('Could not edit the purpose', async () => {
-    await call('PATCH', `keys/${encodeURIComponent(key.id)}`, { purpose })
+  // Only what changed: an unchanged expiry that has passed would be refused.
+  const patch = {}
+  if (form.elements.purpose.value !== key.purpose) patch.purpose = form.elements.purpose.value
+  if (form.elements.expiresAt.value !== form.elements.expiresAt.dataset.unchanged) patch.expiresAt = expiryOf(form.elements.expiresAt)
+  $('#edit-dialog').close()
+  if (Object.keys(patch).length === 0) return setStatus(`Key ${key.prefix}: nothing changed.`)
+  await attempt('Could not edit the key', async () => {
+    await call('PATCH', `keys/${encodeURIComponent(key.id)}`, patch)
     await load()
-    setStatus(`Purpose of key ${key.prefix} saved.`)
+    setStatus(`Key ${key.prefix} saved.`)
   })
 })
+
+// --- usage charts ----------------------------------------------------------
+
+// Charts are inline SVG made with DOM calls: the page's CSP allows no inline
+// style or script and nothing from other origins, and 168 bars need no
+// library. Requests are summed in three kinds, drawn stacked from the bottom.
+const KINDS = ['ok', 'refused', 'guess']
+const KIND_WORDS = {
+  ok: ['call', 'calls'],
+  refused: ['refused', 'refused'],
+  guess: ['wrong-secret guess', 'wrong-secret guesses']
+}
+const countOf = (n, kind) => plural(n, ...KIND_WORDS[kind])
+
+/** ok: authenticated; guess: a wrong secret on a key's prefix; refused: every other refusal. */
+function kindOf (outcome) {
+  return outcome === 'ok' ? 'ok' : outcome === 'unknown_key' ? 'guess' : 'refused'
+}
+
+function emptySeries () {
+  return Object.fromEntries(KINDS.map((kind) => [kind, new Array(CHART_HOURS).fill(0)]))
+}
+
+const total = (values, from = 0) => values.slice(from).reduce((a, b) => a + b, 0)
+
+/** The project's requests per hour over the charts' span: one query, summed per key and per endpoint. */
+async function loadUsage () {
+  const from = hourStart(Date.now()) - (CHART_HOURS - 1) * HOUR_MS
+  const { rows } = await call('GET', `usage?granularity=hour&from=${encodeURIComponent(new Date(from).toISOString())}`)
+  // The server's clock names the newest hour: a browser clock a little
+  // behind it must not drop that hour.
+  const newest = rows.reduce((latest, row) => Math.max(latest, Date.parse(row.start)), 0)
+  const first = Math.max(from, newest - (CHART_HOURS - 1) * HOUR_MS)
+  const byKey = new Map()
+  const byEndpoint = new Map()
+  const add = (map, id, kind, hour, count) => {
+    if (!map.has(id)) map.set(id, emptySeries())
+    map.get(id)[kind][hour] += count
+  }
+  for (const row of rows) {
+    const hour = (Date.parse(row.start) - first) / HOUR_MS
+    if (hour < 0 || hour >= CHART_HOURS) continue
+    add(byEndpoint, row.endpointId, kindOf(row.outcome), hour, row.count)
+    if (row.keyId !== null) add(byKey, row.keyId, kindOf(row.outcome), hour, row.count)
+  }
+  return { first, byKey, byEndpoint }
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg'
+const CHART_HEIGHT = 40
+/** The least height of a bar's part, so one guess among hundreds of calls still shows. */
+const MIN_PART = 3
+
+function svgEl (tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag)
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value))
+  node.append(...children)
+  return node
+}
+
+function hourText (start, parts) {
+  const counts = KINDS.filter((kind) => parts[kind] > 0).map((kind) => countOf(parts[kind], kind))
+  return `${hourFormat.format(start)}: ${counts.join(', ')}`
+}
+
+/** What the chart shows, in words: its text equivalent. */
+function chartSummary (subject, series, totals) {
+  const week = total(series.ok)
+  const parts = [`${subject}: ${countOf(week, 'ok')} in the last 7 days, ${total(series.ok, CHART_HOURS - 24)} in the last 24 hours`]
+  for (const kind of ['refused', 'guess']) {
+    const n = total(series[kind])
+    if (n > 0) parts.push(countOf(n, kind))
+  }
+  const peak = Math.max(...totals)
+  if (peak > 0) {
+    const hour = totals.indexOf(peak)
+    parts.push(`busiest hour ${hourFormat.format(usage.first + hour * HOUR_MS)} with ${plural(peak, 'request', 'requests')}`)
+  }
+  return parts.join('; ')
+}
+
+/** A bar per hour, scaled to the chart's busiest hour; each bar's title tells its hour and counts. */
+function usageChart (subject, series) {
+  const totals = series.ok.map((n, hour) => n + series.refused[hour] + series.guess[hour])
+  const scale = CHART_HEIGHT / Math.max(1, ...totals)
+  const chart = svgEl('svg', {
+    class: 'chart', viewBox: `0 0 ${CHART_HOURS} ${CHART_HEIGHT}`, preserveAspectRatio: 'none',
+    role: 'img', 'aria-label': chartSummary(subject, series, totals)
+  })
+  // A faint line at each local midnight tells the days apart.
+  for (let hour = 1; hour < CHART_HOURS; hour++) {
+    if (new Date(usage.first + hour * HOUR_MS).getHours() === 0) {
+      chart.append(svgEl('line', { class: 'day', x1: hour, x2: hour, y1: 0, y2: CHART_HEIGHT }))
+    }
+  }
+  for (let hour = 0; hour < CHART_HOURS; hour++) {
+    if (totals[hour] === 0) continue
+    const parts = Object.fromEntries(KINDS.map((kind) => [kind, series[kind][hour]]))
+    const bar = svgEl('g', { class: 'bar' }, svgEl('title', {}, hourText(usage.first + hour * HOUR_MS, parts)))
+    let top = CHART_HEIGHT
+    for (const kind of KINDS) {
+      if (parts[kind] === 0) continue
+      const height = Math.max(MIN_PART, parts[kind] * scale)
+      top -= height
+      bar.append(svgEl('rect', { class: kind, x: hour, y: top, width: 1, height, 'data-count': parts[kind] }))
+    }
+    chart.append(bar)
+  }
+  chart.append(svgEl('line', { class: 'axis', x1: 0, x2: CHART_HOURS, y1: CHART_HEIGHT, y2: CHART_HEIGHT }))
+  return chart
+}
+
+/** The usage cell of a key or an endpoint: figures, warnings, the chart. */
+function usageCell (subject, series) {
+  if (usage.error !== undefined) return [el('span', { className: 'empty', textContent: `Usage not available: ${usage.error}` })]
+  series ??= emptySeries()
+  const figures = el('p', { className: 'figures' },
+    '24 h: ', el('strong', { textContent: String(total(series.ok, CHART_HOURS - 24)) }),
+    ' · 7 days: ', el('strong', { textContent: String(total(series.ok)) }), ` ${KIND_WORDS.ok[1]}`)
+  const warnings = []
+  const refused = total(series.refused)
+  const guesses = total(series.guess)
+  if (refused > 0) warnings.push(el('span', { className: 'refused-count', textContent: countOf(refused, 'refused') }))
+  if (guesses > 0) warnings.push(el('span', { className: 'guess-count', textContent: countOf(guesses, 'guess') }))
+  const warningLine = warnings.length === 0 ? [] : [el('p', { className: 'figures' }, ...warnings.flatMap((w, i) => i === 0 ? [w] : [' ', w]))]
+  return [figures, ...warningLine, usageChart(subject, series)]
+}
 
 // --- keys ------------------------------------------------------------------
 
 function lastUsed (updatedAt) {
-  if (updatedAt === null) return 'never'
-  return el('time', { dateTime: updatedAt, textContent: new Date(updatedAt).toLocaleString() })
+  return updatedAt === null ? 'never' : timeEl(updatedAt)
+}
+
+const isExpired = (key, now) => key.expiresAt !== null && Date.parse(key.expiresAt) <= now
+
+function keyState (key, now) {
+  const reasons = [...(key.isActive ? [] : ['Disabled']), ...(isExpired(key, now) ? ['Expired'] : [])]
+  return reasons.length === 0 ? ['Active', 'active'] : [reasons.join(', '), 'disabled']
+}
+
+/** When the key expires; flagged within EXPIRY_WARNING_MS. */
+function expiryCell (key, now) {
+  if (key.expiresAt === null) return [el('span', { className: 'empty', textContent: 'never' })]
+  const left = Date.parse(key.expiresAt) - now
+  if (left <= 0) return [timeEl(key.expiresAt), ' ', el('span', { className: 'flag expired', textContent: 'expired' })]
+  if (left <= EXPIRY_WARNING_MS) return [timeEl(key.expiresAt), ' ', el('span', { className: 'flag soon', textContent: `expires ${timeLeft(left)}` })]
+  return [timeEl(key.expiresAt)]
 }
 
 function rowButton (text, label, focusId, onClick, className = '') {
@@ -206,18 +417,33 @@ function rowButton (text, label, focusId, onClick, className = '') {
   })
 }
 
+/**
+ * A table cell that carries its column's name, shown beside it on a narrow
+ * screen; its content is one box, so the name and the content make two columns.
+ */
+function cell (label, { attrs = {}, ...props } = {}, ...children) {
+  return el('td', { ...props, attrs: { ...attrs, 'data-label': label } }, ...(children.length > 0 ? [el('div', {}, ...children)] : []))
+}
+
 function renderKeys () {
-  const rows = keys.map((key) => el('tr', {},
-    el('td', {}, el('code', { textContent: key.prefix })),
-    el('td', { textContent: key.purpose }),
-    el('td', { textContent: key.isActive ? 'Active' : 'Disabled', className: key.isActive ? 'active' : 'disabled' }),
-    el('td', {}, lastUsed(key.updatedAt)),
-    el('td', { className: 'actions' },
-      rowButton('Edit purpose', `Edit purpose of key ${key.prefix}`, `${key.id}:purpose`, () => editPurpose(key)),
-      rowButton(key.isActive ? 'Disable' : 'Enable', `${key.isActive ? 'Disable' : 'Enable'} key ${key.prefix}`,
-        `${key.id}:toggle`, () => toggleKey(key)),
-      rowButton('Regenerate', `Regenerate key ${key.prefix}`, `${key.id}:regenerate`, () => regenerateKey(key)),
-      rowButton('Delete', `Delete key ${key.prefix}`, `${key.id}:delete`, () => deleteKey(key), 'danger'))))
+  const now = Date.now()
+  const rows = keys.map((key) => {
+    const [state, stateClass] = keyState(key, now)
+    return el('tr', {},
+      cell('Prefix', {}, el('code', { className: 'prefix', textContent: key.prefix })),
+      cell('Purpose', { textContent: key.purpose }),
+      cell('State', { textContent: state, className: stateClass }),
+      cell('Last used', {}, lastUsed(key.updatedAt)),
+      cell('Expires', {}, ...expiryCell(key, now)),
+      cell('Usage, last 7 days', { className: 'usage' }, ...usageCell(`Key ${key.prefix}`, usage.byKey?.get(key.id))),
+      cell('Actions', { className: 'actions' },
+        rowButton('Edit', `Edit key ${key.prefix}`, `${key.id}:edit`, () => editKey(key)),
+        rowButton(key.isActive ? 'Disable' : 'Enable', `${key.isActive ? 'Disable' : 'Enable'} key ${key.prefix}`,
+          `${key.id}:toggle`, () => toggleKey(key)),
+        rowButton('Rotate', `Rotate key ${key.prefix}`, `${key.id}:rotate`, () => startRotation(key)),
+        rowButton('Regenerate', `Regenerate key ${key.prefix}`, `${key.id}:regenerate`, () => regenerateKey(key)),
+        rowButton('Delete', `Delete key ${key.prefix}`, `${key.id}:delete`, () => deleteKey(key), 'danger')))
+  })
   replaceRows($('#keys-table'), rows, $('#keys-title'))
   $('#no-keys').hidden = keys.length > 0
 
@@ -230,11 +456,17 @@ function renderKeys () {
   box.replaceChildren(box.querySelector('legend'), ...(choices.length > 0 ? choices : [el('p', { className: 'empty', textContent: 'No keys yet.' })]))
 }
 
-function editPurpose (key) {
+function editKey (key) {
   editedKey = key
-  $('#purpose-form').elements.purpose.value = key.purpose
-  checkField($('#purpose-form').elements.purpose)
-  $('#purpose-dialog').showModal()
+  const form = $('#edit-form')
+  $('#edit-title').textContent = `Edit key ${key.prefix}`
+  form.elements.purpose.value = key.purpose
+  const expiry = form.elements.expiresAt
+  expiry.value = key.expiresAt === null ? '' : localInputValue(key.expiresAt)
+  expiry.dataset.unchanged = expiry.value
+  checkField(form.elements.purpose)
+  checkField(expiry)
+  $('#edit-dialog').showModal()
 }
 
 async function toggleKey (key) {
@@ -271,8 +503,12 @@ async function deleteKey (key) {
 $('#create-key-form').addEventListener('submit', async (event) => {
   event.preventDefault()
   const form = event.target
+  if (!recheck(form)) return
+  const body = { purpose: form.elements.purpose.value }
+  // Empty: no expiry asked for (the host's maxKeyLifetime may still set one).
+  if (form.elements.expiresAt.value !== '') body.expiresAt = expiryOf(form.elements.expiresAt)
   await attempt('Could not create the key', async () => {
-    const created = await call('POST', 'keys', { purpose: form.elements.purpose.value })
+    const created = await call('POST', 'keys', body)
     form.reset()
     await load()
     setStatus(`Key ${created.prefix} created.`)
@@ -288,38 +524,47 @@ function endpointKeys (endpoint) {
     el('code', { textContent: k.prefix }), ` ${k.purpose}${k.isActive ? '' : ' (disabled)'}`)))
 }
 
-function renderEndpoints (endpoints) {
-  const rows = endpoints.map((e) => el('tr', {},
-    el('td', {}, el('code', { textContent: e.path })),
-    el('td', { textContent: e.method }),
-    el('td', {}, endpointKeys(e)),
-    el('td', { textContent: String(e.calls), className: 'number' }),
-    el('td', { className: 'actions' },
+function renderEndpoints () {
+  const rows = endpointList.map((e) => el('tr', {},
+    cell('Path', {}, ...(e.resourceName === undefined ? [] : [el('span', { className: 'resource-name', textContent: e.resourceName })]),
+      el('code', { textContent: e.path })),
+    cell('Method', { textContent: e.method }),
+    cell('Keys', {}, endpointKeys(e)),
+    cell('Calls', { textContent: String(e.calls), className: 'number' }),
+    cell('Usage, last 7 days', { className: 'usage' }, ...usageCell(`Endpoint ${e.path}`, usage.byEndpoint?.get(e.id))),
+    cell('Actions', { className: 'actions' },
       rowButton('Edit keys', `Edit keys of ${e.path}`, `${e.id}:edit`, () => editEndpoint(e)),
       rowButton('Delete', `Delete endpoint ${e.path}`, `${e.id}:delete`, () => deleteEndpoint(e), 'danger'))))
   replaceRows($('#endpoints-table'), rows, $('#endpoints-title'))
-  $('#no-endpoints').hidden = endpoints.length > 0
+  $('#no-endpoints').hidden = endpointList.length > 0
 }
 
 function endpointPath (e) {
   return `endpoints/${e.modelSequence}/${e.type}/${e.resourceSequence}`
 }
 
+/** " (sales)": the host's name of an endpoint's resource, when known. */
+function nameSuffix (endpoint) {
+  return endpoint.resourceName === undefined ? '' : ` (${endpoint.resourceName})`
+}
+
 function editEndpoint (endpoint) {
   const form = $('#assign-form')
-  form.elements.modelSequence.value = endpoint.modelSequence
-  form.elements.type.value = endpoint.type
-  form.elements.resourceSequence.value = endpoint.resourceSequence
-  checkField(form.elements.modelSequence)
-  checkField(form.elements.resourceSequence)
+  const picker = !$('#resource-picker').hidden
+  if (picker) {
+    const listed = resources.items.some((r) => placeOf(r) === placeOf(endpoint))
+    form.elements.resource.value = listed ? placeOf(endpoint) : BY_NUMBERS
+  }
+  fillNumbers(endpoint)
+  pickResource()
   const assigned = new Set(endpoint.keys.map((k) => k.id))
   for (const box of form.querySelectorAll('input[name=keyIds]')) box.checked = assigned.has(box.value)
-  form.elements.modelSequence.focus()
-  setStatus(`Editing the keys of ${endpoint.path}: change the ticks, then Assign keys.`)
+  ;(picker ? form.elements.resource : form.elements.modelSequence).focus()
+  setStatus(`Editing the keys of ${endpoint.path}${nameSuffix(endpoint)}: change the ticks, then Assign keys.`)
 }
 
 async function deleteEndpoint (endpoint) {
-  const ok = await confirmAction(`Delete the endpoint ${endpoint.method} ${endpoint.path}? Its API access ends at once; ` +
+  const ok = await confirmAction(`Delete the endpoint ${endpoint.method} ${endpoint.path}${nameSuffix(endpoint)}? Its API access ends at once; ` +
     `the ${endpoint.type} itself stays.`, 'Delete endpoint')
   if (!ok) return
   await attempt('Could not delete the endpoint', async () => {
@@ -346,13 +591,544 @@ $('#assign-form').addEventListener('submit', async (event) => {
   })
 })
 
+// --- resource picker -------------------------------------------------------
+
+// A host that lists its datasets and pipelines (listResources) gets a picker
+// by name, which fills the number fields; they stay the form's source of
+// truth, and come back for a resource the host does not list, or when the
+// host lists nothing.
+
+const BY_NUMBERS = 'numbers'
+
+/** The host's datasets and pipelines, or { items: [], error } when the resources route failed. */
+let resources = { items: [] }
+
+/** A resource's place, as the picker's option value: `dataset/1/2`. */
+const placeOf = (r) => `${r.type}/${r.modelSequence}/${r.resourceSequence}`
+
+const resourceLabel = (r) => `${r.name} — model ${r.modelSequence}, ${r.type} ${r.resourceSequence}`
+
+async function loadResources () {
+  try {
+    resources = { items: (await call('GET', 'resources')).items }
+  } catch (err) {
+    resources = { items: [], error: err.message }
+  }
+  renderPicker()
+}
+
+function fillNumbers (r) {
+  const form = $('#assign-form')
+  form.elements.modelSequence.value = r.modelSequence
+  form.elements.type.value = r.type
+  form.elements.resourceSequence.value = r.resourceSequence
+  checkField(form.elements.modelSequence)
+  checkField(form.elements.resourceSequence)
+}
+
+/** Shows the number fields when they are what the user fills in; a named choice fills them. */
+function pickResource () {
+  const value = $('#assign-form').elements.resource.value
+  $('#resource-numbers').hidden = !$('#resource-picker').hidden && value !== BY_NUMBERS
+  const chosen = resources.items.find((r) => placeOf(r) === value)
+  if (chosen !== undefined) fillNumbers(chosen)
+}
+$('#assign-form').elements.resource.addEventListener('change', pickResource)
+
+/** The picker's options, grouped by type; the choice is kept when it is still listed. */
+function renderPicker () {
+  const select = $('#assign-form').elements.resource
+  const listed = resources.items.length > 0
+  $('#resource-picker').hidden = !listed
+  select.disabled = !listed // a hidden required field would block the form
+  const note = $('#resource-note')
+  note.hidden = resources.error === undefined
+  note.textContent = note.hidden ? '' : `The application's names for its datasets and pipelines could not be read (${resources.error}): enter the numbers.`
+  const chosen = select.value
+  const group = (type, label) => {
+    const items = resources.items.filter((r) => r.type === type)
+    return items.length === 0 ? [] : [el('optgroup', { label }, ...items.map((r) => el('option', { value: placeOf(r), textContent: resourceLabel(r) })))]
+  }
+  select.replaceChildren(...(listed
+    ? [el('option', { value: '', textContent: 'Choose one…' }), ...group('dataset', 'Datasets (GET)'), ...group('pipeline', 'Pipelines (POST)'),
+        el('option', { value: BY_NUMBERS, textContent: 'Another, by its numbers…' })]
+    : []))
+  select.value = [...select.options].some((o) => o.value === chosen) ? chosen : ''
+  pickResource()
+}
+
+// --- rotation --------------------------------------------------------------
+
+// SPEC §3.2's recipe as one flow: create a new key; assign old and new keys;
+// move clients to the new key; check usage; remove the old key.
+//
+// "Check usage" needs the old key's calls since the rotation began, but the
+// usage history counts by hour. So at the start the page reads the old key's
+// counts from the hour before (the route flushes pending counts first, so
+// they are exact at that moment) and keeps them as a baseline; every check
+// reads the same range again and shows the difference. The hour before, not
+// the current one, so a browser clock up to an hour off the server's changes
+// nothing. The rotation (key ids, baseline, what was assigned; never a key
+// value) is kept in sessionStorage, so a reload resumes it.
+
+const ROTATION_CHECK_MS = 2000
+const TABLES_EVERY_CHECKS = 5
+
+/** The rotation under way in this project, or null; mirrored in sessionStorage. */
+let rotation = null
+/** What the checks saw; not kept across a reload. */
+let watch = null
+let checkTimer = null
+
+const rotationStorageKey = () => `data-endpoints-rotation:${encodeURIComponent(project.organization)}/${encodeURIComponent(project.project)}`
+
+function saveRotation () {
+  if (rotation === null) sessionStorage.removeItem(rotationStorageKey())
+  else sessionStorage.setItem(rotationStorageKey(), JSON.stringify(rotation))
+}
+
+function readRotation () {
+  try {
+    return JSON.parse(sessionStorage.getItem(rotationStorageKey()) ?? 'null')
+  } catch {
+    return null
+  }
+}
+
+/** A key's requests from `from` on, by kind. */
+async function keyCounts (keyId, from) {
+  const query = `usage?granularity=hour&keyId=${encodeURIComponent(keyId)}&from=${encodeURIComponent(from)}`
+  const counts = { ok: 0, refused: 0, guess: 0 }
+  for (const row of (await call('GET', query)).rows) counts[kindOf(row.outcome)] += row.count
+  return counts
+}
+
+async function startRotation (key) {
+  if (rotation !== null) {
+    showError('Could not start the rotation', new Error(`finish or stop the rotation of key ${rotation.old.prefix} first`))
+    $('#rotation-title').focus()
+    return
+  }
+  // Read fresh: the key may have been put on an endpoint since the page loaded.
+  let on = []
+  const read = await attempt('Could not start the rotation', async () => {
+    on = (await call('GET', 'endpoints')).filter((e) => e.keys.some((k) => k.id === key.id))
+  })
+  if (!read) return
+  const ok = await confirmAction(`Rotate key ${key.prefix} (${key.purpose})? A new key with the same purpose is made and added to ` +
+    `the ${plural(on.length, 'endpoint', 'endpoints')} the old key is on; its value is shown once. ` +
+    'Then move your clients to the new key while this page counts the old key\'s calls, and remove the old key when they stop. ' +
+    'The old key keeps working until you remove it.', 'Start rotation')
+  if (!ok) return
+  await attempt('Could not start the rotation', async () => {
+    const startedAt = Date.now()
+    const from = new Date(hourStart(startedAt) - HOUR_MS).toISOString()
+    const baseline = await keyCounts(key.id, from)
+    const created = await call('POST', 'keys', { purpose: key.purpose })
+    rotation = {
+      old: { id: key.id, prefix: key.prefix, purpose: key.purpose },
+      new: { id: created.id, prefix: created.prefix },
+      startedAt: new Date(startedAt).toISOString(),
+      from,
+      baseline,
+      endpoints: on.map((e) => ({ id: e.id, path: e.path, modelSequence: e.modelSequence, type: e.type, resourceSequence: e.resourceSequence, state: 'pending', message: '' })),
+      removedAt: null
+    }
+    watch = { checks: 0, checkedAt: null, old: null, new: null, steady: 0, problem: '' }
+    saveRotation()
+    renderRotation()
+    checkRotation()
+    showKeyValue(`New key ${created.prefix}, replacing ${key.prefix}`, created.key)
+    await assignNewKey()
+    await load()
+  })
+}
+
+/**
+ * Step 1: the new key goes on every endpoint the old key is on. A PUT sets
+ * an endpoint's whole key list, so each is read fresh and sent back with the
+ * new key added. A failure is kept on its endpoint, the others go on.
+ */
+async function assignNewKey () {
+  const run = rotation // a rotation stopped meanwhile is left alone
+  const todo = run.endpoints.filter((e) => e.state !== 'done')
+  const settle = (target, state, message = '') => {
+    Object.assign(target, { state, message })
+    if (run === rotation) {
+      saveRotation()
+      renderRotation()
+    }
+  }
+  let current = null
+  try {
+    current = await call('GET', 'endpoints')
+  } catch (err) {
+    for (const target of todo) settle(target, 'failed', err.message)
+  }
+  for (const target of current === null ? [] : todo) {
+    const endpoint = current.find((e) => e.id === target.id)
+    try {
+      if (endpoint === undefined) throw new Error('the endpoint was deleted meanwhile')
+      if (!endpoint.keys.some((k) => k.id === run.new.id)) {
+        await call('PUT', endpointPath(endpoint), { keyIds: [...endpoint.keys.map((k) => k.id), run.new.id] })
+      }
+      settle(target, 'done')
+    } catch (err) {
+      settle(target, 'failed', err.message)
+    }
+  }
+  if (run !== rotation) return
+  const failed = run.endpoints.filter((e) => e.state !== 'done')
+  if (failed.length === 0) {
+    setStatus(`New key ${run.new.prefix} added to ${plural(run.endpoints.length, 'endpoint', 'endpoints')}.`)
+  } else {
+    showError('Could not add the new key everywhere', new Error(`not added to ${failed.map((e) => e.path).join(', ')}; see the rotation above and try again`))
+  }
+}
+
+/** Step 2: one check of both keys' calls since the start; the next follows ROTATION_CHECK_MS after it ends. */
+async function checkRotation () {
+  clearTimeout(checkTimer)
+  checkTimer = null
+  if (rotation === null || rotation.removedAt !== null) return
+  const checked = rotation
+  try {
+    const [old, renewed] = await Promise.all([keyCounts(checked.old.id, checked.from), keyCounts(checked.new.id, checked.from)])
+    if (checked !== rotation) return
+    const since = Object.fromEntries(KINDS.map((kind) => [kind, old[kind] - checked.baseline[kind]]))
+    const same = watch.old !== null && KINDS.every((kind) => since[kind] === watch.old[kind])
+    Object.assign(watch, { checks: watch.checks + 1, checkedAt: Date.now(), old: since, new: renewed, problem: '', steady: same ? watch.steady + 1 : 0 })
+    // The tables below follow too, less often: they cost three reads.
+    if (watch.checks % TABLES_EVERY_CHECKS === 0) load().catch(() => {})
+  } catch (err) {
+    if (checked !== rotation) return
+    watch.problem = err.message
+  }
+  renderWatch()
+  if (checked === rotation && rotation.removedAt === null) checkTimer = setTimeout(checkRotation, ROTATION_CHECK_MS)
+}
+
+/** Step 3, confirmed: the old key is deleted; clients still on it get 403 from now on. */
+async function removeOldKey () {
+  const missing = rotation.endpoints.filter((e) => e.state !== 'done')
+  const calls = watch.old === null ? '' : ` It had ${countOf(watch.old.ok, 'ok')} since the rotation began` +
+    (watch.steady > 0 ? `, none in the last ${plural(watch.steady, 'check', 'checks')}.` : ', and its count was still changing at the last check.')
+  const gap = missing.length === 0 ? '' : ` The new key is not on ${missing.map((e) => e.path).join(', ')}: clients there lose access.`
+  const ok = await confirmAction(`Remove the old key ${rotation.old.prefix} (${rotation.old.purpose})?${calls}${gap} ` +
+    'It stops working at once; this cannot be undone.', 'Remove old key')
+  if (!ok) return
+  const removing = rotation
+  await attempt('Could not remove the old key', async () => {
+    try {
+      await call('DELETE', `keys/${encodeURIComponent(removing.old.id)}`)
+    } catch (err) {
+      if (err.status !== 404) throw err // 404: already deleted, which is what was asked
+    }
+    removing.removedAt = new Date().toISOString()
+    clearTimeout(checkTimer)
+    if (removing === rotation) {
+      saveRotation()
+      renderRotation()
+    }
+    await load()
+    setStatus(`Old key ${removing.old.prefix} removed; the rotation is complete.`)
+    $('#rotation-title').focus()
+  })
+}
+
+function stopRotation () {
+  const ended = rotation
+  clearTimeout(checkTimer)
+  rotation = null
+  watch = null
+  saveRotation()
+  renderRotation()
+  if (ended.removedAt === null) setStatus(`Rotation of key ${ended.old.prefix} stopped; both keys stay as they are.`)
+  $('#keys-title').focus()
+}
+$('#rotation-stop').addEventListener('click', stopRotation)
+
+/** After a reload: an endpoint left pending may or may not have the new key; the list says which. */
+function resumeRotation () {
+  clearTimeout(checkTimer)
+  rotation = readRotation()
+  watch = { checks: 0, checkedAt: null, old: null, new: null, steady: 0, problem: '' }
+  if (rotation !== null) {
+    for (const target of rotation.endpoints.filter((e) => e.state === 'pending')) {
+      const endpoint = endpointList.find((e) => e.id === target.id)
+      const added = endpoint?.keys.some((k) => k.id === rotation.new.id) ?? false
+      Object.assign(target, added ? { state: 'done', message: '' } : { state: 'failed', message: 'not added: the page was left before it was' })
+    }
+    saveRotation()
+  }
+  renderRotation()
+  if (rotation !== null) checkRotation()
+}
+
+/**
+ * Draws the whole rotation. The checks redraw only the figures
+ * (renderWatch), which hold nothing focusable, so a keyboard user's focus on
+ * a button of the panel is never taken away.
+ */
+function renderRotation () {
+  $('#rotation').hidden = rotation === null
+  if (rotation === null) return
+  const { old, endpoints } = rotation
+  const added = endpoints.filter((e) => e.state === 'done').length
+  const failed = endpoints.filter((e) => e.state === 'failed')
+  $('#rotation-title').textContent = `Rotating key ${old.prefix} (${old.purpose})`
+
+  $('#rotation-new').replaceChildren(
+    el('h3', { textContent: 'A new key with the same endpoints' }),
+    el('p', {}, 'New key ', el('code', { textContent: rotation.new.prefix }), ', same purpose; its value was shown once ' +
+      '(if it was lost, regenerate the new key). ',
+    endpoints.length === 0
+      ? 'The old key is on no endpoint: there was nothing to add.'
+      : `Added to ${added} of the old key's ${plural(endpoints.length, 'endpoint', 'endpoints')}:`),
+    ...(endpoints.length === 0
+      ? []
+      : [el('ul', { className: 'assignments' }, ...endpoints.map((e) => el('li', { className: e.state },
+          e.state === 'done' ? '✓ added to ' : e.state === 'pending' ? '… adding to ' : '✗ not added to ',
+          el('code', { textContent: e.path }), e.message === '' ? '' : `: ${e.message}`)))]),
+    ...(failed.length === 0 || rotation.removedAt !== null
+      ? []
+      : [el('button', {
+          type: 'button', textContent: `Try again on ${plural(failed.length, 'endpoint', 'endpoints')}`,
+          onclick: () => attempt('Could not add the new key', async () => { await assignNewKey(); await load() })
+        })]))
+
+  $('#rotation-watch').replaceChildren(
+    el('h3', { textContent: 'Move your clients to the new key' }),
+    el('p', {}, 'Calls since the rotation began at ',
+      el('time', { dateTime: rotation.startedAt, textContent: clockFormat.format(new Date(rotation.startedAt)) }),
+      `, refreshed every ${ROTATION_CHECK_MS / 1000} seconds (the tables below every ${TABLES_EVERY_CHECKS * ROTATION_CHECK_MS / 1000}):`),
+    el('div', { id: 'rotation-live' }))
+  renderWatch()
+
+  $('#rotation-remove').replaceChildren(
+    el('h3', { textContent: 'Remove the old key' }),
+    ...(rotation.removedAt !== null
+      ? [el('p', {}, 'Old key ', el('code', { textContent: old.prefix }), ' removed at ',
+          el('time', { dateTime: rotation.removedAt, textContent: clockFormat.format(new Date(rotation.removedAt)) }), '. The rotation is complete.')]
+      : [el('p', { textContent: 'When the old key\'s count stays the same, no client uses it any more.' }),
+          el('button', { type: 'button', className: 'danger', textContent: `Remove old key ${old.prefix}`, onclick: removeOldKey })]))
+  $('#rotation-stop').textContent = rotation.removedAt === null ? 'Stop the rotation' : 'Close'
+  $('#rotation-stop').setAttribute('aria-label', rotation.removedAt === null
+    ? `Stop the rotation of key ${old.prefix}; both keys stay`
+    : 'Close the finished rotation')
+}
+
+/** The live figures of step 2: both keys' calls since the start, and how the checks went. */
+function renderWatch () {
+  const figures = []
+  if (watch.old !== null) {
+    const extra = (kind) => watch.old[kind] > 0 ? [', ', el('span', { className: `${kind === 'guess' ? 'guess' : 'refused'}-count`, textContent: countOf(watch.old[kind], kind) })] : []
+    figures.push(el('dl', { className: 'live' },
+      el('dt', {}, 'Old key ', el('code', { textContent: rotation.old.prefix })),
+      el('dd', {}, el('strong', { id: 'rotation-old-calls', textContent: String(watch.old.ok) }), ` ${KIND_WORDS.ok[1]}`, ...extra('refused'), ...extra('guess')),
+      el('dt', {}, 'New key ', el('code', { textContent: rotation.new.prefix })),
+      el('dd', {}, el('strong', { id: 'rotation-new-calls', textContent: String(watch.new.ok) }), ` ${KIND_WORDS.ok[1]}`)))
+  }
+  const progress = rotation.removedAt !== null
+    ? 'The old key is removed: its calls are no longer counted here.'
+    : watch.checks === 0
+      ? 'Checking…'
+      : `Checked ${plural(watch.checks, 'time', 'times')} since this page opened, last at ${clockFormat.format(new Date(watch.checkedAt))}; ` +
+        (watch.steady === 0 ? 'the old key\'s count changed at the last check.' : `the old key's count has not changed in the last ${plural(watch.steady, 'check', 'checks')}.`)
+  $('#rotation-live').replaceChildren(...figures,
+    el('p', { id: 'rotation-checked', className: 'help', textContent: progress, attrs: { 'data-checks': String(watch.checks) } }),
+    ...(watch.problem === '' ? [] : [el('p', { className: 'error', textContent: `Could not check the usage: ${watch.problem}` })]))
+}
+
+// --- audit log -------------------------------------------------------------
+
+// The project's audit log, a page at a time. After each change the page
+// reads the newest page again and puts the entries it did not have on top,
+// so the older pages the user opened stay; only when more changed than a
+// page holds does it start again from the newest.
+
+const AUDIT_PAGE = 25
+
+/** The entries shown, newest first; `next`: the cursor of the page after them, null at the start of the log. */
+let audit = { items: [], next: null, error: undefined, generation: 0 }
+let readingOlder = false
+
+function resetAudit () {
+  audit = { items: [], next: null, error: undefined, generation: audit.generation + 1 }
+}
+
+const newestAudit = () => call('GET', `audit?limit=${AUDIT_PAGE}`)
+
+/** Adds the newest page (or { error }) to what is shown. */
+function mergeAudit (page) {
+  if (page.error !== undefined) {
+    audit.error = page.error // what was read before stays
+    return
+  }
+  audit.error = undefined
+  const known = new Set(audit.items.map((entry) => entry.id))
+  const fresh = []
+  for (const entry of page.items) {
+    if (known.has(entry.id)) break
+    fresh.push(entry)
+  }
+  if (fresh.length < page.items.length) {
+    audit.items = [...fresh, ...audit.items]
+  } else {
+    // Nothing in common: a first read, or a gap that one page does not bridge.
+    Object.assign(audit, { items: page.items, next: page.next, generation: audit.generation + 1 })
+  }
+}
+
+async function olderEntries () {
+  if (readingOlder || audit.next === null) return
+  readingOlder = true
+  const { generation, next } = audit
+  await attempt('Could not read older entries of the audit log', async () => {
+    const page = await call('GET', `audit?before=${encodeURIComponent(next)}&limit=${AUDIT_PAGE}`)
+    if (generation !== audit.generation || next !== audit.next) return // started again meanwhile
+    const known = new Set(audit.items.map((entry) => entry.id))
+    const older = page.items.filter((entry) => !known.has(entry.id))
+    audit.items.push(...older)
+    audit.next = page.next
+    renderAudit()
+    setStatus(`Audit log: ${plural(older.length, 'older entry', 'older entries')} shown${audit.next === null ? '; that is the start of the log' : ''}.`)
+    // The button is gone at the start of the log: the focus goes to the first entry it brought.
+    if (audit.next === null && older.length > 0) $('#audit-table').querySelector(`[data-focus="${CSS.escape(`${older[0].id}:entry`)}"]`).focus()
+  }).finally(() => { readingOlder = false })
+}
+$('#audit-older').addEventListener('click', olderEntries)
+
+/** "2026-11-23 18:04:05 UTC", for a title beside the local time. */
+const utcText = (iso) => `${new Date(iso).toISOString().replace('T', ' ').replace(/\.\d+Z$/, '')} UTC`
+
+function auditTime (iso) {
+  return el('time', { dateTime: iso, title: utcText(iso), textContent: new Date(iso).toLocaleString() })
+}
+
+/** A key as the log names it: its prefix when the page knows it, else its id. */
+function keyRef (id, prefixes) {
+  const prefix = prefixes.get(id)
+  return prefix === undefined
+    ? el('code', { textContent: id, title: 'key id: this page does not know the key\'s prefix' })
+    : el('code', { className: 'prefix', textContent: prefix })
+}
+
+/** "a", "a and b", "a, b and c", with nodes in between. */
+function listOf (nodes) {
+  return nodes.flatMap((node, i) => i === 0 ? [node] : [i === nodes.length - 1 ? ' and ' : ', ', node])
+}
+
+const keyRefs = (ids, prefixes) => ids.length === 0 ? ['none'] : listOf(ids.map((id) => keyRef(id, prefixes)))
+
+/** The host's name of the resource at an endpoint path, when the page knows it. */
+function resourceNameAt (path) {
+  const endpoint = endpointList.find((e) => e.path === path)
+  if (endpoint?.resourceName !== undefined) return endpoint.resourceName
+  const match = /\/model\/(\d+)\/(dataset|pipeline)\/(\d+)$/.exec(path)
+  return match === null ? undefined : resources.items.find((r) => placeOf(r) === `${match[2]}/${match[1]}/${match[3]}`)?.name
+}
+
+/** What happened, as a sentence: "Key ab12cd34ef disabled", "Endpoint /api/… keys changed: added x, removed y". */
+function auditSentence (entry, prefixes) {
+  const { action, changes, target } = entry
+  const key = (...rest) => ['Key ', el('code', { className: 'prefix', textContent: target }), ...rest]
+  const name = resourceNameAt(target)
+  const endpoint = (...rest) => ['Endpoint ', el('code', { textContent: target }), ...(name === undefined ? [] : [` (${name})`]), ...rest]
+  const keyIds = changes.keyIds ?? { from: [], to: [] }
+  switch (action) {
+    case 'key.created': return key(' created')
+    case 'key.updated': {
+      const fields = Object.keys(changes)
+      if (fields.length === 1 && fields[0] === 'isActive') return key(changes.isActive.to ? ' enabled' : ' disabled')
+      return key(' edited')
+    }
+    case 'key.regenerated':
+      return ['Key ', el('code', { className: 'prefix', textContent: changes.prefix?.from ?? '?' }), ' regenerated as ',
+        el('code', { className: 'prefix', textContent: target })]
+    case 'key.deleted': return key(' deleted')
+    case 'endpoint.created': return endpoint(' created with ', ...(keyIds.to.length === 1 ? ['key '] : ['keys ']), ...keyRefs(keyIds.to, prefixes))
+    case 'endpoint.updated': {
+      const added = keyIds.to.filter((id) => !keyIds.from.includes(id))
+      const removed = keyIds.from.filter((id) => !keyIds.to.includes(id))
+      const parts = [...(added.length > 0 ? [['added ', ...listOf(added.map((id) => keyRef(id, prefixes)))]] : []),
+        ...(removed.length > 0 ? [['removed ', ...listOf(removed.map((id) => keyRef(id, prefixes)))]] : [])]
+      return endpoint(' keys changed: ', ...parts.flatMap((part, i) => i === 0 ? part : [', ', ...part]))
+    }
+    case 'endpoint.deleted': return endpoint(' deleted')
+    default: return [`${action} `, el('code', { textContent: target })]
+  }
+}
+
+const FIELD_NAMES = { purpose: 'Purpose', isActive: 'State', expiresAt: 'Expires', prefix: 'Prefix', keyIds: 'Keys' }
+
+/** A field's value as the page shows it. */
+function fieldValue (field, value, prefixes) {
+  switch (field) {
+    case 'purpose': return value === null ? ['—'] : [`“${value}”`]
+    case 'isActive': return [value === null ? '—' : value ? 'active' : 'disabled']
+    case 'expiresAt': return [value === null ? 'never' : auditTime(value)]
+    case 'prefix': return [value === null ? '—' : el('code', { className: 'prefix', textContent: value })]
+    case 'keyIds': return keyRefs(value ?? [], prefixes)
+    default: return [JSON.stringify(value)]
+  }
+}
+
+/** Each changed field, old → new; a creation shows only the new values, a deletion only the old. */
+function auditFields (entry, prefixes) {
+  const created = entry.action.endsWith('.created')
+  const deleted = entry.action.endsWith('.deleted')
+  const lines = Object.entries(entry.changes).map(([field, { from, to }]) => el('li', {},
+    `${FIELD_NAMES[field] ?? field}: `,
+    ...(created
+      ? fieldValue(field, to, prefixes)
+      : deleted
+        ? fieldValue(field, from, prefixes)
+        : [...fieldValue(field, from, prefixes), ' → ', ...fieldValue(field, to, prefixes)])))
+  return lines.length === 0 ? [] : [el('ul', { className: 'plain' }, ...lines)]
+}
+
+function renderAudit () {
+  // Keys are named by the prefix they had at the time of each entry:
+  // walking back from now, a regeneration hands back the prefix before it.
+  const prefixes = new Map(keys.map((k) => [k.id, k.prefix]))
+  const rows = audit.items.map((entry) => {
+    const row = el('tr', {},
+      cell('Time', { attrs: { tabindex: '-1', 'data-focus': `${entry.id}:entry` } }, auditTime(entry.at)),
+      entry.actor === null
+        ? cell('Actor', {}, el('span', { className: 'empty', textContent: '—', title: 'the application names no actor' }))
+        : cell('Actor', { textContent: entry.actor }),
+      cell('Change', {}, ...auditSentence(entry, prefixes)),
+      cell('Fields, old → new', {}, ...auditFields(entry, prefixes)))
+    if (entry.keyId !== null) prefixes.set(entry.keyId, entry.action === 'key.regenerated' ? entry.changes.prefix?.from ?? entry.target : entry.target)
+    return row
+  })
+  replaceRows($('#audit-table'), rows, $('#audit-title'))
+  $('#no-audit').hidden = rows.length > 0 || audit.error !== undefined
+  $('#audit-problem').hidden = audit.error === undefined
+  $('#audit-problem').textContent = audit.error === undefined ? '' : `The audit log could not be read: ${audit.error}`
+  $('#audit-older').hidden = audit.next === null
+  $('#audit-count').textContent = rows.length === 0
+    ? ''
+    : audit.next === null ? `All ${plural(rows.length, 'entry', 'entries')}.` : `The newest ${plural(rows.length, 'entry', 'entries')}.`
+}
+
 // --- project ---------------------------------------------------------------
 
 async function load () {
-  const [keyList, endpoints] = await Promise.all([call('GET', 'keys'), call('GET', 'endpoints')])
+  const [keyList, endpoints, usageNow, auditNow] = await Promise.all([
+    call('GET', 'keys'), call('GET', 'endpoints'),
+    // Keys and endpoints are shown without their charts or the log if those routes refuse.
+    loadUsage().catch((err) => ({ error: err.message })),
+    newestAudit().catch((err) => ({ error: err.message }))
+  ])
   keys = keyList
+  endpointList = endpoints
+  usage = usageNow
+  mergeAudit(auditNow)
   renderKeys()
-  renderEndpoints(endpoints)
+  renderEndpoints()
+  renderAudit()
   $('#workspace').hidden = false
 }
 
@@ -362,9 +1138,14 @@ async function openProject () {
   project.project = form.elements.project.value.trim()
   if (project.organization === '' || project.project === '') return
   $('#workspace').hidden = true
+  clearTimeout(checkTimer)
+  rotation = null
+  resetAudit()
   document.title = `API keys: ${project.organization}/${project.project}`
-  if (await attempt(`Could not open ${project.organization}/${project.project}`, load)) {
+  const [opened] = await Promise.all([attempt(`Could not open ${project.organization}/${project.project}`, load), loadResources()])
+  if (opened) {
     setStatus(`Project ${project.organization}/${project.project}: ${keys.length} key(s).`)
+    resumeRotation()
   }
 }
 

@@ -21,6 +21,8 @@ import dataEndpoints, { SqliteStorage, type Dataset } from '../../lib/index.js'
 import { keyPrefixOf } from '../../lib/api-key.js'
 import { memoHmac } from '../../lib/memo-hmac.js'
 import { sendDataset } from '../../lib/dataset-download.js'
+import { TarSpool } from '../../lib/formats/tar-spool.js'
+import { DEFAULTS } from '../../lib/options.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'fde-bench-'))
@@ -85,8 +87,10 @@ async function sampleDataset (): Promise<Dataset> {
   if (dataset === null) throw new Error('no sample dataset')
   return dataset
 }
+// (Its json never spools; sendDataset takes a spool for tar all the same.)
+const tarSpool = new TarSpool({ directory: dir, ...DEFAULTS.tarSpool })
 async function sendSample (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  return sendDataset(request, reply, await sampleDataset())
+  return sendDataset(request, reply, await sampleDataset(), tarSpool)
 }
 app.get('/bare/unauthenticated', sendSample)
 // What reading the same source costs, with the cheapest serialisation there

@@ -11,19 +11,22 @@
 // The children run compiled JavaScript under plain node (this file and what
 // it imports, built with tsc into a temporary directory first), as a server
 // in production would: tsx alone would add some 60 MB to every RSS.
-// Every case runs BENCH_REPEAT times (default 3): the table shows the median
-// rows/s and the highest peak RSS of the runs.
+// Every case runs BENCH_REPEAT times (default 3), round by round: the table
+// shows the median rows/s, the highest peak RSS and the median CPU time of
+// the server process (all threads) during the download. On a shared machine
+// rows/s follow the load; CPU time follows it less ("vs baseline, CPU").
 // Env: BENCH_ROWS, BENCH_REPEAT, BENCH_CASES (comma-separated query strings, e.g.
 // "format=json,format=csv-zip&archiveType=tar"), BENCH_NODE_ARGS (node
 // options for the children, e.g. "--max-old-space-size=96"), BENCH_SOURCE=async.
 import { fork, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import Database from 'better-sqlite3'
-import Fastify from 'fastify'
+import Fastify, { type FastifyInstance } from 'fastify'
 import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DatasetSource } from '../../lib/index.js'
 import { MemoryJobs } from '../fixtures.js'
 import { compileForBench } from './compile.js'
@@ -44,15 +47,23 @@ const COLUMNS: Column[] = [
 ]
 const SELECT = 'SELECT id, ts, kind, value, payload FROM events ORDER BY id'
 
+interface Memory { sampledMB: number, maxRssMB: number, cpuSeconds: number }
+
 // ---- child: a host serving the table through the plugin ------------------
 
-/** Samples RSS every 20 ms; maxRSS from the OS catches what sampling misses. */
-function memoryWatch (): () => { sampledMB: number, maxRssMB: number } {
+/**
+ * Samples RSS every 20 ms; maxRSS from the OS catches what sampling misses.
+ * Also tells the CPU time the process (all its threads) used meanwhile:
+ * unlike rows/s, it hardly depends on what else the machine runs.
+ */
+function memoryWatch (): () => Memory {
   let peak = process.memoryUsage.rss()
+  const cpu = process.cpuUsage()
   const timer = setInterval(() => { peak = Math.max(peak, process.memoryUsage.rss()) }, 20)
   return () => {
     clearInterval(timer)
-    return { sampledMB: peak / 2 ** 20, maxRssMB: process.resourceUsage().maxRSS / 1024 }
+    const { user, system } = process.cpuUsage(cpu)
+    return { sampledMB: peak / 2 ** 20, maxRssMB: process.resourceUsage().maxRSS / 1024, cpuSeconds: (user + system) / 1e6 }
   }
 }
 
@@ -83,22 +94,58 @@ async function serve (file: string): Promise<void> {
   })
   const created = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', payload: { purpose: 'bench' } })).json()
   await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', payload: { keyIds: [created.id] } })
+  await listenAndReport(app, db, { key: created.key })
+}
+
+/** Listens, tells the parent its port, and reports peak memory when asked. */
+async function listenAndReport (app: FastifyInstance, db: Database.Database, extra: Record<string, unknown>): Promise<void> {
   await app.listen({ host: '127.0.0.1', port: 0 })
   const { port } = app.server.address() as { port: number }
   const idleMB = process.memoryUsage.rss() / 2 ** 20
   const watch = memoryWatch()
-  process.send?.({ port, key: created.key, idleMB })
+  process.send?.({ port, idleMB, ...extra })
   process.once('message', () => {
     process.send?.(watch())
     app.close().then(() => db.close()).finally(() => process.exit(0))
   })
 }
 
+/**
+ * The json download as a competent user would write it by hand: a route
+ * that streams the statement's row objects through JSON.stringify, in
+ * 64 KiB chunks, waiting for 'drain' whenever write() asks it to. The same
+ * bytes as format=json, without the plugin's key check and type checks.
+ */
+async function serveHandWritten (file: string): Promise<void> {
+  const db = new Database(file, { readonly: true })
+  const app = Fastify({ logger: false })
+  app.get('/events.json', (request, reply) => {
+    reply.hijack()
+    const res = reply.raw
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' })
+    const send = async (): Promise<void> => {
+      let chunk = '{"events":[\n'
+      let first = true
+      for (const row of db.prepare(SELECT).iterate()) {
+        chunk += (first ? '' : ',\n') + JSON.stringify(row)
+        first = false
+        if (chunk.length >= 64 * 1024) {
+          if (!res.write(chunk)) await once(res, 'drain')
+          chunk = ''
+        }
+      }
+      res.end(chunk + '\n]}\n')
+    }
+    send().catch((err: Error) => res.destroy(err))
+  })
+  await listenAndReport(app, db, {})
+}
+
 function baseline (file: string): void {
   const db = new Database(file, { readonly: true })
   const idleMB = process.memoryUsage.rss() / 2 ** 20
-  const watch = memoryWatch()
   const start = process.hrtime.bigint()
+  const watch = memoryWatch()
   let rows = 0
   let bytes = 0
   for (const row of db.prepare(SELECT).iterate()) {
@@ -146,7 +193,6 @@ function message<T> (proc: ChildProcess): Promise<T> {
   })
 }
 
-interface Memory { sampledMB: number, maxRssMB: number }
 
 function download (port: number, path: string): Promise<{ status: number, bytes: number, seconds: number }> {
   const start = process.hrtime.bigint()
@@ -170,33 +216,43 @@ async function main (): Promise<void> {
     createTable(file)
     console.log('done')
 
+    // The runs go round by round (baseline, reference, each case, then again),
+    // so that a change in the machine's load mid-run touches every row alike.
+    interface Run extends Memory { rows: number, bytes: number, seconds: number, idleMB: number }
+    const runs = new Map<string, Run[]>()
+    const record = (label: string, run: Run): void => { runs.set(label, [...(runs.get(label) ?? []), run]) }
+    const serverRun = async (mode: string, path: (key: string) => string): Promise<Run> => {
+      const server = child(mode, file)
+      const { port, key, idleMB } = await message<{ port: number, key: string, idleMB: number }>(server)
+      const result = await download(port, path(key))
+      if (result.status !== 200) throw new Error(`${path('…')}: status ${result.status}`)
+      const memory = message<Memory>(server)
+      server.send('report')
+      return { ...result, rows: ROWS, idleMB, ...(await memory) }
+    }
+    const BASELINE = 'baseline: iterate + JSON.stringify'
+    const REFERENCE = 'reference: a hand-written json route (stringify, write with backpressure, HTTP)'
+    for (let i = 0; i < REPEAT; i++) {
+      record(BASELINE, await message<Run>(child('--baseline', file)))
+      if (CASES.includes('format=json')) record(REFERENCE, await serverRun('--hand-written', () => '/events.json'))
+      for (const query of CASES) record(query, await serverRun('--serve', (key) => `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`))
+      process.stdout.write(`round ${i + 1} of ${REPEAT} done\n`)
+    }
+
     const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
     const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(1)
-    const baseRuns: Array<{ rows: number, bytes: number, seconds: number, idleMB: number } & Memory> = []
-    for (let i = 0; i < REPEAT; i++) baseRuns.push(await message(child('--baseline', file)))
-    const baseRate = median(baseRuns.map((r) => r.rows / r.seconds))
-    const b = baseRuns[0]
-    const peak = (runs: Memory[]): string => `${Math.max(...runs.map((r) => r.maxRssMB)).toFixed(0)} / ${Math.max(...runs.map((r) => r.sampledMB)).toFixed(0)}`
+    const rate = (label: string): number => median((runs.get(label) ?? []).map((r) => r.rows / r.seconds))
+    const cpu = (label: string): number => median((runs.get(label) ?? []).map((r) => r.cpuSeconds * ROWS / r.rows))
     console.log([
       `${ROWS.toLocaleString('en')} rows, median of ${REPEAT} runs, node ${process.version}, ${process.env.BENCH_SOURCE === 'async' ? 'async generator' : 'plain iterator'} source`,
-      '| case | rows/s | MB/s | size (MB) | peak RSS (MB, maxRSS / sampled) | RSS before (MB) | vs baseline |',
-      '|---|---:|---:|---:|---:|---:|---:|',
-      `| baseline: iterate + JSON.stringify | ${Math.round(baseRate).toLocaleString('en')} | ${mb(b.bytes * baseRate / b.rows)} | ${mb(b.bytes)} | ${peak(baseRuns)} | ${b.idleMB.toFixed(0)} | 1.00 |`
+      '| case | rows/s | MB/s | size (MB) | peak RSS (MB, maxRSS / sampled) | RSS before (MB) | server CPU (s) | vs baseline | vs baseline, CPU |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|'
     ].join('\n'))
-    for (const query of CASES) {
-      const runs: Array<{ seconds: number, bytes: number, idleMB: number } & Memory> = []
-      for (let i = 0; i < REPEAT; i++) {
-        const server = child('--serve', file)
-        const { port, key, idleMB } = await message<{ port: number, key: string, idleMB: number }>(server)
-        const result = await download(port, `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`)
-        if (result.status !== 200) throw new Error(`${query}: status ${result.status}`)
-        const memory = message<Memory>(server)
-        server.send('report')
-        runs.push({ ...result, idleMB, ...(await memory) })
-      }
-      const rate = median(runs.map((r) => ROWS / r.seconds))
-      const { bytes } = runs[0]
-      console.log(`| ${query} | ${Math.round(rate).toLocaleString('en')} | ${mb(bytes * rate / ROWS)} | ${mb(bytes)} | ${peak(runs)} | ${runs[0].idleMB.toFixed(0)} | ${(rate / baseRate).toFixed(2)} |`)
+    for (const [label, list] of runs) {
+      const { bytes, rows, idleMB } = list[0]
+      const peak = `${Math.max(...list.map((r) => r.maxRssMB)).toFixed(0)} / ${Math.max(...list.map((r) => r.sampledMB)).toFixed(0)}`
+      console.log(`| ${label} | ${Math.round(rate(label)).toLocaleString('en')} | ${mb(bytes * rate(label) / rows)} | ${mb(bytes)} | ${peak} | ${idleMB.toFixed(0)} | ` +
+        `${cpu(label).toFixed(2)} | ${(rate(label) / rate(BASELINE)).toFixed(2)} | ${(cpu(BASELINE) / cpu(label)).toFixed(2)} |`)
     }
   } finally {
     rmSync(dir, { recursive: true, force: true })
@@ -205,5 +261,6 @@ async function main (): Promise<void> {
 
 const [mode, file] = process.argv.slice(2)
 if (mode === '--serve') await serve(file)
+else if (mode === '--hand-written') await serveHandWritten(file)
 else if (mode === '--baseline') baseline(file)
 else await main()

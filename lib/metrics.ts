@@ -1,0 +1,131 @@
+import { createRequire } from 'node:module'
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { InvalidOptionError } from './errors.js'
+
+// Prometheus metrics (SPEC.md §7.4: "watch for sudden rises of 403, patterns
+// of 404, frequent 500"), registered in the host's own prom-client registry.
+// prom-client is the host's: it is loaded only when the host passes a
+// registry, so that the metrics and the registry come from one copy of it,
+// and a host without metrics carries none of it.
+
+/**
+ * What the plugin needs of a prom-client `Registry`. Written out here so that
+ * the package's types do not name prom-client, which a host without metrics
+ * does not install.
+ */
+export interface MetricsRegistry {
+  registerMetric (metric: never): void
+  removeSingleMetric (name: string): void
+  getMetricsAsArray (): Array<{ name: string }>
+}
+
+export interface MetricsOptions {
+  /** the prom-client `Registry` the plugin registers its metrics in */
+  registry: MetricsRegistry
+}
+
+/** The values the metrics read when scraped. */
+export interface MetricsSources {
+  /** bcrypt comparisons waiting for a slot */
+  queuedComparisons: () => number
+  /** bytes the tar spool holds on disk */
+  tarSpoolBytes: () => number
+}
+
+/** What the plugin records; every label value is from a fixed set (never a path or key). */
+export class PluginMetrics {
+  private readonly requests: Counter<'route' | 'status' | 'reason'>
+  private readonly verification: Histogram<'memo'>
+  private readonly downloadsInProgress: Gauge<'format'>
+  private readonly downloadBytes: Counter<'format'>
+  private readonly flushFailures: Counter
+  /** the names registered, to take them out at close */
+  private readonly names: string[]
+
+  constructor (private readonly registry: MetricsRegistry, sources: MetricsSources) {
+    const prom = loadPromClient()
+    const registers = [registry as unknown as Registry]
+    const before = new Set(registry.getMetricsAsArray().map((m) => m.name))
+    this.requests = new prom.Counter({
+      name: 'data_endpoints_requests_total',
+      help: 'Requests to the data and job routes, by route (dataset, pipeline, job), status and reason (ok or the refusal)',
+      labelNames: ['route', 'status', 'reason'],
+      registers
+    })
+    this.verification = new prom.Histogram({
+      name: 'data_endpoints_verification_seconds',
+      help: 'Time to verify a supplied key against its stored hash: memo hit (no bcrypt) or miss (a bcrypt comparison, queue included)',
+      labelNames: ['memo'],
+      buckets: [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers
+    })
+    const gauge = (name: string, help: string, read: () => number): void => {
+      // eslint-disable-next-line no-new
+      new prom.Gauge({ name, help, registers, collect () { this.set(read()) } })
+    }
+    gauge('data_endpoints_bcrypt_queue_depth', 'bcrypt comparisons waiting for a slot', sources.queuedComparisons)
+    gauge('data_endpoints_tar_spool_bytes', 'Bytes of tar entries spooled to disk now', sources.tarSpoolBytes)
+    this.downloadsInProgress = new prom.Gauge({
+      name: 'data_endpoints_downloads_in_progress',
+      help: 'Dataset downloads streaming now, by format',
+      labelNames: ['format'],
+      registers
+    })
+    this.downloadBytes = new prom.Counter({
+      name: 'data_endpoints_download_bytes_total',
+      help: 'Bytes of dataset downloads handed to the connection, by format',
+      labelNames: ['format'],
+      registers
+    })
+    this.flushFailures = new prom.Counter({
+      name: 'data_endpoints_usage_flush_failures_total',
+      help: 'Writes of the batched usage counters that failed (they are retried)',
+      registers
+    })
+    this.names = registry.getMetricsAsArray().map((m) => m.name).filter((name) => !before.has(name))
+  }
+
+  request (route: string, status: number, reason: string): void {
+    this.requests.inc({ route, status: String(status), reason })
+  }
+
+  verified (memo: 'hit' | 'miss', seconds: number): void {
+    this.verification.observe({ memo }, seconds)
+  }
+
+  downloadStarted (format: string): void {
+    this.downloadsInProgress.inc({ format })
+  }
+
+  downloadEnded (format: string): void {
+    this.downloadsInProgress.dec({ format })
+  }
+
+  downloadSent (format: string, bytes: number): void {
+    this.downloadBytes.inc({ format }, bytes)
+  }
+
+  flushFailed (): void {
+    this.flushFailures.inc()
+  }
+
+  /** Takes the plugin's metrics out of the registry again. */
+  unregister (): void {
+    for (const name of this.names) this.registry.removeSingleMetric(name)
+  }
+}
+
+function loadPromClient (): typeof import('prom-client') {
+  try {
+    return createRequire(import.meta.url)('prom-client') as typeof import('prom-client')
+  } catch (err) {
+    throw new InvalidOptionError(`option "metrics" needs the prom-client package, which is not installed (${(err as Error).message})`)
+  }
+}
+
+/** The reason label of an answer: `ok`, or the catalogue code of its refusal in lower case (`unknown_key`). */
+export function reasonOf (status: number, code: string | undefined): string {
+  if (code !== undefined && code.startsWith('FDE_')) return code.slice(4).toLowerCase()
+  if (status < 400) return 'ok'
+  return status < 500 ? 'bad_request' : 'error'
+}
