@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import Database, { type Statement } from 'better-sqlite3'
 import type { Column, Dataset, DatasetSource, Entity, ResourceRef, ResourceSummary, Row } from '../lib/index.js'
@@ -197,6 +198,8 @@ export function seedSampleData (db: Database.Database, eventsRows: number): void
     // Made with the data, so that a start on older data is never taken for a first one.
     setMeta.run('first_start', 'pending')
   }).immediate()
+  // Data made by a version of the example that kept no revision gets one now.
+  db.prepare('INSERT OR IGNORE INTO sample_meta (name, value) VALUES (?, ?)').run('revision:sales', newRevision())
 
   if (getMeta.get('events_rows')?.value === String(eventsRows)) return
   const batchInsert = db.prepare(insertSql(EVENTS_ENTITY, EVENTS_BATCH))
@@ -212,7 +215,18 @@ export function seedSampleData (db: Database.Database, eventsRows: number): void
     }
     if (batch.length > 0) db.prepare(insertSql(EVENTS_ENTITY, batch.length / EVENTS_ENTITY.columns.length)).run(batch)
     setMeta.run('events_rows', String(eventsRows))
+    setMeta.run('revision:events', newRevision())
   }).immediate()
+}
+
+/**
+ * A dataset's revision (Dataset.revision): new whenever its rows are
+ * written. The sample data changes only here, at start, so it is read once;
+ * a host whose data changes while it runs keeps a version per dataset (a
+ * counter its writes bump, a last-modified time) and reads it in getDataset.
+ */
+function newRevision (): string {
+  return `${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`
 }
 
 /**
@@ -321,9 +335,13 @@ export class SampleDatasets implements DatasetSource {
         return [entity.name, new StatementPool(this.db, sql, IDLE_STATEMENTS_PER_ENTITY)]
       }))
       this.pools.set(sequence, pools)
+      const revision = this.db.prepare<[string], { value: string }>('SELECT value FROM sample_meta WHERE name = ?')
+        .get(`revision:${sample.name}`)?.value
       this.datasets.set(sequence, {
         name: sample.name,
         entities: sample.entities,
+        // Downloads get an ETag, and If-None-Match a 304, until the data is rewritten.
+        ...(revision === undefined ? {} : { revision }),
         // No use of options.signal: the plugin reads a plain iterable a chunk
         // at a time, synchronously, and calls return() when the client
         // leaves, which stops the read and frees the statement. (Not reading

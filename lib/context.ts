@@ -4,6 +4,7 @@ import type { IdempotencyReleaser } from './idempotency-releaser.js'
 import type { KeyHasher } from './key-hasher.js'
 import type { KeyVerifier } from './key-verifier.js'
 import type { PluginMetrics } from './metrics.js'
+import type { RenderedBodies } from './rendered-bodies.js'
 import type { ResolvedOptions } from './options.js'
 import type { Storage } from './storage.js'
 import type { UsageRecorder } from './usage-recorder.js'
@@ -23,6 +24,8 @@ export interface PluginContext {
   metrics: PluginMetrics | null
   /** the tar downloads' spool: its disk budget and folder */
   tarSpool: TarSpool
+  /** small rendered downloads by ETag; null when `renderedBodyCacheBytes` is 0 */
+  renderedBodies: RenderedBodies | null
   /** whether the host's Fastify has a logger (at any level, silent included: levels change at run time) */
   logs: boolean
 }

@@ -1,7 +1,8 @@
 import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from './api-key.js'
-import type { Dataset, Entity } from './dataset-source.js'
+import { datasetEtag, ifNoneMatchHits } from './dataset-etag.js'
+import type { Dataset, Entity, ResourceRef } from './dataset-source.js'
 import { DownloadAbort } from './download-abort.js'
 import { noteFailure } from './error-reply.js'
 import { InvalidParameterError, UnknownFormatError } from './errors.js'
@@ -11,6 +12,8 @@ import { oracleDdl } from './formats/oracle.js'
 import { DEFAULT_CHUNK_SIZE, Pace } from './formats/pace.js'
 import { ddlFor } from './formats/sql.js'
 import type { TarSpool } from './formats/tar-spool.js'
+import type { PluginMetrics } from './metrics.js'
+import type { RenderedBodies } from './rendered-bodies.js'
 
 export interface DownloadQuery {
   format: FormatName
@@ -64,6 +67,21 @@ export function contentDisposition (fileName: string): string {
   return `attachment; filename="${ascii}"; filename*=UTF-8''${extended}`
 }
 
+/** What a download needs from the plugin besides the request and the dataset. */
+export interface DownloadContext {
+  tarSpool: TarSpool
+  /** characters gathered into one write; a body within it is sent whole */
+  chunkSize: number
+  /** small rendered bodies by ETag; null when turned off */
+  renderedBodies: RenderedBodies | null
+  metrics: PluginMetrics | null
+  /** whether answers may be compressed (then they vary by Accept-Encoding) */
+  compression: boolean
+}
+
+/** A download with an ETag may be stored by the client, revalidated each time; without one, not at all. */
+const REVALIDATE = 'private, no-cache'
+
 /**
  * Answers a dataset GET whose key is verified and whose dataset exists.
  * Everything that can fail before the first byte (query, model, Oracle
@@ -72,9 +90,23 @@ export function contentDisposition (fileName: string): string {
  * its headers), so the client sees an incomplete response, never a file that
  * looks whole.
  */
-export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, tarSpool: TarSpool, chunkSize = DEFAULT_CHUNK_SIZE): Promise<FastifyReply> {
+export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, ref: ResourceRef, context: DownloadContext): Promise<FastifyReply> {
   const q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
   checkEntities(dataset.entities)
+  const etag = dataset.revision === undefined
+    ? undefined
+    : datasetEtag(ref, dataset.revision, { ...q, entities: q.entities.map((e) => e.name) })
+  // The body may come compressed or not, by the request's Accept-Encoding
+  // (lowercase, as @fastify/compress writes it, so it is not added twice).
+  if (context.compression) reply.header('vary', 'accept-encoding')
+  if (etag !== undefined) {
+    reply.header('etag', etag).header('cache-control', REVALIDATE)
+    // A 304 is a successful call: the key hook has counted it already.
+    if (ifNoneMatchHits(request.headers['if-none-match'], etag)) return reply.code(304).send()
+  } else {
+    reply.header('cache-control', 'no-store')
+  }
+
   if (q.meta === 'entities') {
     return reply.type('application/json; charset=utf-8').send(q.entities.map((e) => e.name))
   }
@@ -82,6 +114,13 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     // The dialect follows the format: Oracle for oracle-loader, else the portable SQL.
     const ddl = q.format === 'oracle-loader' ? oracleDdl(q.entities) : ddlFor(q.entities)
     return reply.type('text/plain; charset=utf-8').send(ddl)
+  }
+
+  const { metrics } = context
+  const cached = etag === undefined ? undefined : context.renderedBodies?.get(etag)
+  if (cached !== undefined) {
+    metrics?.downloadSent(q.format, byteLength(cached.body))
+    return sendBody(reply, cached.contentType, cached.fileName, cached.body)
   }
 
   // Stop reading at the source as soon as the client goes away.
@@ -94,15 +133,16 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     entities: q.entities,
     limit: q.limit,
     archiveType: q.archiveType,
-    tarSpool,
+    tarSpool: context.tarSpool,
     responseStarted: false,
     abort,
-    pace: new Pace(chunkSize)
+    pace: new Pace(context.chunkSize)
   }
   const download = FORMATS[q.format](spec)
+  const sent = metrics === null ? undefined : (bytes: number): void => { metrics.downloadSent(q.format, bytes) }
   let body: Buffer | string | Readable
   try {
-    body = await wholeIfSmall(download.body, abort, chunkSize)
+    body = await wholeIfSmall(download.body, abort, context.chunkSize, sent)
   } catch (err) {
     // The client left before anything was sent: there is no one to answer
     // (the close is logged by the data routes).
@@ -119,12 +159,22 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
       if (typeof err.stack === 'string') err.stack = redactKeys(err.stack)
       noteFailure(request, `Download failed after it started: ${err.message}`)
     })
+    if (metrics !== null) {
+      metrics.downloadStarted(q.format)
+      body.once('close', () => { metrics.downloadEnded(q.format) })
+    }
+  } else {
+    sent?.(byteLength(body))
+    if (etag !== undefined) context.renderedBodies?.set(etag, { body, contentType: download.contentType, fileName: download.fileName })
   }
+  return sendBody(reply, download.contentType, download.fileName, body)
+}
+
+function sendBody (reply: FastifyReply, contentType: string, fileName: string, body: Buffer | string | Readable): FastifyReply {
   return reply
-    .type(download.contentType)
-    .header('content-disposition', contentDisposition(download.fileName))
+    .type(contentType)
+    .header('content-disposition', contentDisposition(fileName))
     .header('x-content-type-options', 'nosniff')
-    .header('cache-control', 'no-store')
     .send(body)
 }
 
@@ -142,7 +192,9 @@ function byteLength (chunk: Chunk): number {
  * JSON error. A longer body comes back as a stream that replays what was read
  * and then carries on, with the source's backpressure (see PulledChunks).
  */
-export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<DownloadAbort, 'onAbort'>, limit = DEFAULT_CHUNK_SIZE): Promise<Buffer | string | Readable> {
+export async function wholeIfSmall (
+  body: AsyncIterable<Chunk>, abort: Pick<DownloadAbort, 'onAbort'>, limit = DEFAULT_CHUNK_SIZE, sent?: (bytes: number) => void
+): Promise<Buffer | string | Readable> {
   const iterator = body[Symbol.asyncIterator]()
   const head: Chunk[] = []
   let size = 0
@@ -171,7 +223,7 @@ export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<Down
   } finally {
     removeStop()
   }
-  return new PulledChunks(head, iterator)
+  return new PulledChunks(head, iterator, sent)
 }
 
 /**
@@ -179,26 +231,37 @@ export async function wholeIfSmall (body: AsyncIterable<Chunk>, abort: Pick<Down
  * stream that reads one chunk each time the response asks for one. It reads
  * nothing ahead: Readable.from, even with highWaterMark 0, reads on while its
  * buffer is empty, so for a client that stopped reading it would hold another
- * chunk besides the one the response is sending.
+ * chunk besides the one the response is sending. `sent` hears the bytes of
+ * each chunk handed on (for the metrics).
  */
 class PulledChunks extends Readable {
   readonly #head: Chunk[]
   readonly #rest: AsyncIterator<Chunk>
+  readonly #sent: ((bytes: number) => void) | undefined
 
-  constructor (head: Chunk[], rest: AsyncIterator<Chunk>) {
+  constructor (head: Chunk[], rest: AsyncIterator<Chunk>, sent?: (bytes: number) => void) {
     super({ highWaterMark: 0 })
     this.#head = head
     this.#rest = rest
+    this.#sent = sent
+  }
+
+  #hand (chunk: Chunk): void {
+    this.#sent?.(byteLength(chunk))
+    this.push(chunk)
   }
 
   override _read (): void {
     const held = this.#head.shift()
     if (held !== undefined) {
-      this.push(held)
+      this.#hand(held)
       return
     }
     this.#rest.next().then(
-      (next) => { this.push(next.done === true ? null : next.value) },
+      (next) => {
+        if (next.done === true) this.push(null)
+        else this.#hand(next.value)
+      },
       (err: Error) => { this.destroy(err) }
     )
   }

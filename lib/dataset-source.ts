@@ -109,6 +109,17 @@ export interface Dataset {
    * an incomplete response, never a tar whose header lies.
    */
   repeatable?: true
+  /**
+   * Optional: a string that changes whenever the dataset's data or model
+   * changes (a version number, a last-modified time, a content hash). With
+   * it, downloads carry a weak `ETag` made of the revision, the endpoint and
+   * the query parameters that shape the body, so a client that sends it back
+   * in `If-None-Match` gets 304 with no body until the revision changes, and
+   * small downloads are kept rendered in memory (`renderedBodyCacheBytes`).
+   * A revision that stays the same while the rows change serves stale data:
+   * leave it unset when you cannot say.
+   */
+  revision?: string
 }
 
 /** A dataset or pipeline of a project, by its place and its name, for pickers and listings. */

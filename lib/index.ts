@@ -22,6 +22,7 @@ import { openapiRoute, swaggerOptions } from './openapi.js'
 import { resolveOptions, type DataEndpointsOptions } from './options.js'
 import type { Storage } from './storage.js'
 import { PluginMetrics } from './metrics.js'
+import { RenderedBodies } from './rendered-bodies.js'
 import { UsageRecorder } from './usage-recorder.js'
 import { Housekeeping } from './housekeeping.js'
 
@@ -98,6 +99,7 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     idempotencyReleaser: new IdempotencyReleaser(options.storage, app.log),
     throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle),
     tarSpool,
+    renderedBodies: options.renderedBodyCacheBytes === 0 ? null : new RenderedBodies(options.renderedBodyCacheBytes),
     metrics: null,
     logs
   }

@@ -7,7 +7,7 @@ import { sendError } from './error-reply.js'
 import { requireManageApiKeys } from './management-routes.js'
 import type { ResolvedOptions } from './options.js'
 import {
-  DataRouteParams, DatasetQuery, DatasetResponses, JobParams, JobResponses, PipelineHeaders, PipelineResponses
+  DataRouteParams, DatasetQuery, DatasetHeaders, DatasetResponses, JobParams, JobResponses, PipelineHeaders, PipelineResponses
 } from './schemas.js'
 
 // The OpenAPI 3 document of the plugin's routes, built by @fastify/swagger
@@ -58,6 +58,7 @@ export const datasetRoute = {
       '`Authorization: Bearer <key>`. Over plain HTTP from a non-loopback address: 403 `HTTPS required`.',
     params: DataRouteParams,
     querystring: DatasetQuery,
+    headers: DatasetHeaders,
     response: DatasetResponses
   } satisfies FastifySchema
 }

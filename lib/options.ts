@@ -96,6 +96,19 @@ export interface DataEndpointsOptions {
    */
   downloadChunkSize?: number
   /**
+   * compress sql, json, `meta=ddl` and tar downloads (and JSON answers) with
+   * br or gzip when the client's Accept-Encoding asks for it, through
+   * @fastify/compress; default true. zip archives are compressed already and
+   * go as they are. Turn off when a proxy in front compresses.
+   */
+  compression?: boolean
+  /**
+   * bytes of small rendered downloads (those within one chunk) kept in memory
+   * under their ETag, so a repeated download of a dataset with a `revision`
+   * skips reading and rendering; default 16 MiB, 0 turns it off
+   */
+  renderedBodyCacheBytes?: number
+  /**
    * serve the management web page at `<managementPrefix>/ui/`; default true.
    * The page holds no data: every call it makes goes to the management API,
    * which needs `ManageAPIKeys` through `getPermissions`.
@@ -122,7 +135,9 @@ export const DEFAULTS = {
   closeStorage: true,
   apiNotFoundHandler: true,
   managementUi: true,
-  downloadChunkSize: DEFAULT_CHUNK_SIZE
+  downloadChunkSize: DEFAULT_CHUNK_SIZE,
+  compression: true,
+  renderedBodyCacheBytes: 16 * 1024 * 1024
 } as const
 
 export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle' | 'maxKeyLifetime' | 'getActor' | 'tarSpool' | 'metrics'>> & {
@@ -185,7 +200,7 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   if (o.managementPrefix === '/api' || o.managementPrefix.startsWith('/api/')) {
     fail('option "managementPrefix" must not lie under "/api", where the data routes are')
   }
-  for (const name of ['requireHttps', 'closeStorage', 'apiNotFoundHandler', 'managementUi'] as const) {
+  for (const name of ['requireHttps', 'closeStorage', 'apiNotFoundHandler', 'managementUi', 'compression'] as const) {
     if (typeof o[name] !== 'boolean') fail(`option "${name}" must be a boolean`)
   }
   positiveInteger('bcryptCost', o.bcryptCost, 4, 31)
@@ -200,6 +215,7 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   positiveInteger('usageQueryMaxRows', o.usageQueryMaxRows)
   if (o.maxKeyLifetime !== undefined) positiveInteger('maxKeyLifetime', o.maxKeyLifetime, 60 * 1000)
   positiveInteger('downloadChunkSize', o.downloadChunkSize, 1024, 16 * 1024 * 1024)
+  positiveInteger('renderedBodyCacheBytes', o.renderedBodyCacheBytes, 0, 2 ** 32)
   if (o.failureThrottle !== false) {
     if (typeof o.failureThrottle !== 'object' || o.failureThrottle === null) {
       fail('option "failureThrottle" must be false or { maxFailures, windowMs }')

@@ -249,10 +249,29 @@ const TooMany = Type.Object({ message: Type.String() }, {
   headers: RetryAfterHeader
 })
 
+export const DatasetHeaders = Type.Object({
+  'if-none-match': Type.Optional(Type.String({
+    description: 'the `ETag` of a download kept before: 304 with no body while the dataset\'s revision and the query are the same'
+  })),
+  'accept-encoding': Type.Optional(Type.String({
+    description: '`br` or `gzip` compresses sql, json, `meta=ddl` and tar answers (zip archives are compressed already)'
+  }))
+})
+
+const EtagHeaders = {
+  etag: Type.String({ description: 'weak; only for a dataset whose host gives a revision. Derived from the revision, the endpoint and the query parameters that shape the body' }),
+  'cache-control': Type.String({ description: '`private, no-cache` with an ETag (keep it, revalidate each time); `no-store` without' })
+}
+
 export const DatasetResponses = {
   200: {
     description: 'the dataset in the chosen format (an attachment); `meta=entities` answers a JSON array, `meta=ddl` plain text',
-    headers: { 'content-disposition': Type.String({ description: 'attachment with a file name from the dataset' }) },
+    headers: {
+      'content-disposition': Type.String({ description: 'attachment with a file name from the dataset' }),
+      ...EtagHeaders,
+      'content-encoding': Type.String({ description: '`br` or `gzip` when Accept-Encoding asked for it and the body is text or tar, over 1 KiB' }),
+      vary: Type.String({ description: '`accept-encoding`' })
+    },
     content: {
       'application/sql': { schema: Type.String({ description: 'format=sql: a script that creates the tables and inserts the rows in one transaction' }) },
       'application/json': { schema: Type.Unknown({ description: 'format=json: one object keyed by entity name, each an array of row objects; meta=entities: an array of names' }) },
@@ -260,6 +279,10 @@ export const DatasetResponses = {
       'application/x-tar': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=tar' }) },
       'text/plain': { schema: Type.String({ description: 'meta=ddl' }) }
     }
+  },
+  304: {
+    description: 'Not Modified, no body: `If-None-Match` named the current ETag. A counted, successful call, as a 200 is',
+    headers: EtagHeaders
   },
   // parseDownloadQuery's messages (dataset-download.ts), written there inline;
   // openapi.test.ts checks each against a real answer.

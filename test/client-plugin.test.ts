@@ -26,6 +26,19 @@ t.test('downloads a dataset as JSON, with entity and limit', async (t) => {
   t.equal(body.customers.length, 2)
 })
 
+t.test('a large download comes gzip-compressed and reads back as the plugin\'s identity body', async (t) => {
+  const { ProbeDatasets } = await import('./format-fixtures.js')
+  const built = await buildApp(t, { datasets: new ProbeDatasets(5000) })
+  const { id, key } = await createKey(built.app)
+  await assignKeys(built.app, 'dataset', [id])
+  const base = await built.app.listen({ port: 0, host: '127.0.0.1' })
+  const identity = await built.app.inject({ url: DATASET_URL, query: { api_key: key, format: 'json' } })
+  const download = await new DataEndpointsClient({ apiKey: key, baseUrl: base }).downloadDataset(DATASET_URL, { format: 'json' })
+  t.equal(download.headers.get('content-encoding'), 'gzip', 'sent compressed')
+  t.equal(download.contentLength, undefined, 'no length for the decompressed bytes')
+  t.equal(await text(download.body), identity.body, 'the same data')
+})
+
 t.test('meta=entities lists the entities', async (t) => {
   const { base, key } = await listening(t)
   const c = new DataEndpointsClient({ apiKey: key, baseUrl: base })

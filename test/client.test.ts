@@ -37,6 +37,7 @@ t.test('downloadDataset sends every query option and the key in the Authorizatio
   t.equal(url.pathname, DATASET_PATH)
   t.same(Object.fromEntries(url.searchParams), { format: 'csv-zip', entity: 'orders', archiveType: 'tar', limit: '0' })
   t.equal(req.headers.authorization, `Bearer ${API_KEY}`)
+  t.equal(req.headers['accept-encoding'], 'gzip', 'asks for gzip')
   t.notMatch(req.url, API_KEY)
 })
 

@@ -10,6 +10,7 @@ import { ProbeDatasets, type SourceProbe, type SourceShape } from './format-fixt
 import { loadSqlite, parseCsv, readArchive } from './format-readers.js'
 import { assignKeys, buildApp, createKey, DATASET_URL, type TestApp } from './helper.js'
 import { freshSchema, pgAvailable } from './pg.js'
+import { rawRequest } from './raw-http.js'
 
 // The dataset download through the plugin: formats, headers, query
 // parameters, and, over real HTTP, what a disconnect or a failing source does
@@ -387,11 +388,18 @@ t.test('a download that ends within 64 KiB goes out in one piece with its length
   const { app, url } = await appWithKey(t, { datasets: small })
   const port = await listen(app)
   for (const query of ['format=json', 'format=sql', 'format=csv-zip']) {
-    const res = await fetch(`http://127.0.0.1:${port}${url(query)}`)
+    const res = await fetch(`http://127.0.0.1:${port}${url(query)}`, { headers: { 'accept-encoding': 'identity' } })
     const body = Buffer.from(await res.arrayBuffer())
     t.equal(res.status, 200, query)
     t.equal(res.headers.get('content-length'), String(body.length), `${query}: Content-Length of the whole body`)
     t.equal(res.headers.get('transfer-encoding'), null, `${query}: not chunked`)
+  }
+  // Compressed in one step, it keeps a (compressed) length too.
+  for (const query of ['format=json', 'format=sql']) {
+    const res = await rawRequest(port, { method: 'GET', target: url(query), headers: [['Accept-Encoding', 'gzip']] })
+    t.equal(res.headers['content-encoding'], 'gzip', `${query}: gzip`)
+    t.equal(res.headers['content-length'], String(res.body.length), `${query}: Content-Length of the compressed body`)
+    t.equal(res.headers['transfer-encoding'], undefined, `${query}: compressed, not chunked`)
   }
   const json = await (await fetch(`http://127.0.0.1:${port}${url('format=json')}`)).json() as { events: unknown[] }
   t.equal(json.events.length, 100, 'every row is there')

@@ -464,6 +464,45 @@ t.test('GET /metrics: the plugin\'s metrics and Node\'s, to the admin token only
   t.notOk(res.body.includes(demo.key.slice(11)), 'no key in the metrics')
 })
 
+t.test('the sample datasets carry revisions: 304 until their data is rewritten, across restarts', async (t) => {
+  const config = { dataDir: join(tempDir(t), 'data'), adminToken: 'etag-admin', eventsRows: 10, logLevel: 'silent' }
+  const etagsOf = async (eventsRows: number, previous?: Map<number, string>): Promise<Map<number, string>> => {
+    const app = await buildExampleApp({ ...config, eventsRows })
+    try {
+      const admin = { authorization: 'Bearer etag-admin' }
+      const { id, key } = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: admin, payload: { purpose: 'etag' } })).json() as { id: string, key: string }
+      for (const resource of [1, 2]) {
+        await app.inject({ method: 'PUT', url: `/api-keys/acme/shop/endpoints/1/dataset/${resource}`, headers: admin, payload: { keyIds: [id] } })
+      }
+      const etags = new Map<number, string>()
+      for (const resource of [1, 2]) {
+        const url = `/api/acme/shop/model/1/dataset/${resource}?format=json`
+        const headers = { authorization: `Bearer ${key}` }
+        const res = await app.inject({ url, headers })
+        t.equal(res.statusCode, 200)
+        const etag = res.headers.etag as string
+        t.match(etag, /^W\/"/, `dataset ${resource}: an ETag`)
+        t.equal((await app.inject({ url, headers: { ...headers, 'if-none-match': etag } })).statusCode, 304, `dataset ${resource}: 304 with it`)
+        const old = previous?.get(resource)
+        if (old !== undefined) {
+          t.equal((await app.inject({ url, headers: { ...headers, 'if-none-match': old } })).statusCode,
+            old === etag ? 304 : 200, `dataset ${resource}: the ETag of the last start`)
+        }
+        etags.set(resource, etag)
+      }
+      return etags
+    } finally {
+      await app.close()
+    }
+  }
+  const first = await etagsOf(10)
+  const same = await etagsOf(10, first)
+  t.same(same, first, 'a restart on the same data keeps both revisions')
+  const more = await etagsOf(20, same)
+  t.equal(more.get(1), first.get(1), 'sales was not rewritten: same ETag')
+  t.not(more.get(2), first.get(2), 'events was regenerated with EVENTS_ROWS=20: a new ETag')
+})
+
 t.test('the demo key is made by the first start that gets that far, and by no other', async (t) => {
   const config = { dataDir: tempDir(t), adminToken: 'in-process', eventsRows: 10, logLevel: 'silent', demoKey: true }
   // A start that failed before its demo key step (say, the port was taken) uses up nothing.

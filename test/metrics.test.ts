@@ -176,3 +176,24 @@ t.test('the metrics leave the registry at close; a bad metrics option is refused
     await t.rejects(buildApp(t, { metrics: metrics as never }), /option "metrics" must be \{ registry \}/, JSON.stringify(metrics))
   }
 })
+
+t.test('downloads in progress and bytes handed on, by format, for whole and streamed bodies', async (t) => {
+  const { ProbeDatasets } = await import('./format-fixtures.js')
+  const registry = new Registry()
+  const { app } = await buildApp(t, { metrics: { registry }, datasets: new ProbeDatasets(5000) })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const sizes = new Map<string, number>()
+  for (const [format, limit] of [['json', '10'], ['json', '5000'], ['sql', '5000'], ['csv-zip', '10']]) {
+    const res = await app.inject({ url: DATASET_URL, query: { api_key: k.key, format, limit } })
+    t.equal(res.statusCode, 200)
+    sizes.set(format, (sizes.get(format) ?? 0) + res.rawPayload.length)
+  }
+  const bytes = await samples(registry, 'data_endpoints_download_bytes_total')
+  for (const [format, size] of sizes) {
+    t.equal(bytes.get(`{format="${format}"}`), size, `${format}: every byte of the bodies sent`)
+  }
+  const inProgress = await samples(registry, 'data_endpoints_downloads_in_progress')
+  t.ok([...inProgress.values()].every((v) => v === 0), 'none in progress once all have ended')
+  t.ok(inProgress.has('{format="json"}'), 'a streamed json download was counted in progress')
+})

@@ -29,7 +29,7 @@ const ENDPOINT = '/api-keys/{organization}/{project}/endpoints/{modelSequence}/{
 // and job routes, §4 for management (plus 500, e.g. getPermissions failing,
 // and Fastify's 413 and 415 where a body is read).
 const EXPECTED: Record<string, string[]> = {
-  [`GET ${DATASET}`]: ['200', '400', '403', '404', '405', '429', '500', '503'],
+  [`GET ${DATASET}`]: ['200', '304', '400', '403', '404', '405', '429', '500', '503'],
   [`POST ${PIPELINE}`]: ['200', '400', '403', '404', '405', '409', '429', '500'],
   'GET /api/job/{jobId}': ['200', '404', '500'],
   [`GET ${KEYS}`]: ['200', '400', '403', '500'],

@@ -56,7 +56,9 @@ const BAD: Array<[string, Partial<Record<keyof DataEndpointsOptions, unknown>>, 
   ['tarSpool.maxWaitMs past setTimeout\'s limit', { tarSpool: { maxWaitMs: 2 ** 31 } }, /"tarSpool.maxWaitMs" must be an integer from 0 to 2147483647/],
   ['tarSpool.memoryPerEntry a string', { tarSpool: { memoryPerEntry: '256k' } }, /"tarSpool.memoryPerEntry"/],
   ['downloadChunkSize too small', { downloadChunkSize: 512 }, /"downloadChunkSize" must be an integer from 1024 to 16777216/],
-  ['downloadChunkSize fractional', { downloadChunkSize: 65536.5 }, /"downloadChunkSize"/]
+  ['downloadChunkSize fractional', { downloadChunkSize: 65536.5 }, /"downloadChunkSize"/],
+  ['compression not a boolean', { compression: 'yes' }, /"compression" must be a boolean/],
+  ['renderedBodyCacheBytes negative', { renderedBodyCacheBytes: -1 }, /"renderedBodyCacheBytes" must be an integer from 0 to/]
 ]
 
 for (const [name, override, message] of BAD) {

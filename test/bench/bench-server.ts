@@ -88,9 +88,9 @@ async function sampleDataset (): Promise<Dataset> {
   return dataset
 }
 // (Its json never spools; sendDataset takes a spool for tar all the same.)
-const tarSpool = new TarSpool({ directory: dir, ...DEFAULTS.tarSpool })
+const download = { tarSpool: new TarSpool({ directory: dir, ...DEFAULTS.tarSpool }), chunkSize: DEFAULTS.downloadChunkSize, renderedBodies: null, metrics: null, compression: false }
 async function sendSample (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  return sendDataset(request, reply, await sampleDataset(), tarSpool)
+  return sendDataset(request, reply, await sampleDataset(), SALES_REF, download)
 }
 app.get('/bare/unauthenticated', sendSample)
 // What reading the same source costs, with the cheapest serialisation there

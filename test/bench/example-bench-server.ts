@@ -55,7 +55,8 @@ hand.get('/hand/sales', async (request, reply) => {
 // A source of its own on the same file, as the example's (so that this
 // server also runs against older versions of the example).
 const source = new SampleDatasets(exampleDatabaseFile(dir))
-const sales = await source.getDataset({ organization: 'acme', project: 'shop', modelSequence: 1, resourceSequence: 1 })
+const SALES_REF = { organization: 'acme', project: 'shop', modelSequence: 1, resourceSequence: 1 }
+const sales = await source.getDataset(SALES_REF)
 if (sales === null) throw new Error('no sales dataset')
 const noSignal = new AbortController().signal
 hand.get('/hand/source', async (request, reply) => {
@@ -76,10 +77,10 @@ hand.get('/hand/source', async (request, reply) => {
   return reply.type('application/json; charset=utf-8').send(JSON.stringify(document))
 })
 // (Its json never spools; sendDataset takes a spool for tar all the same.)
-const tarSpool = new TarSpool({ directory: tmpdir(), ...DEFAULTS.tarSpool })
+const download = { tarSpool: new TarSpool({ directory: tmpdir(), ...DEFAULTS.tarSpool }), chunkSize: DEFAULTS.downloadChunkSize, renderedBodies: null, metrics: null, compression: false }
 hand.get('/hand/download', async (request, reply) => {
   if (!keys.has(String(request.headers.authorization).slice(7))) return reply.code(403).send({ message: 'Unknown API key' })
-  return sendDataset(request, reply, sales, tarSpool)
+  return sendDataset(request, reply, sales, SALES_REF, download)
 })
 hand.get('/bare', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
 hand.get('/bench/cpu', async () => process.cpuUsage())

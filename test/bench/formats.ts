@@ -17,7 +17,9 @@
 // rows/s follow the load; CPU time follows it less ("vs baseline, CPU").
 // Env: BENCH_ROWS, BENCH_REPEAT, BENCH_CASES (comma-separated query strings, e.g.
 // "format=json,format=csv-zip&archiveType=tar"), BENCH_NODE_ARGS (node
-// options for the children, e.g. "--max-old-space-size=96"), BENCH_SOURCE=async.
+// options for the children, e.g. "--max-old-space-size=96"), BENCH_SOURCE=async,
+// BENCH_ENCODINGS (comma-separated Accept-Encoding values, default identity;
+// e.g. "identity,gzip,br": each case once per encoding, its size as sent).
 import { fork, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -37,6 +39,7 @@ const CASES = (process.env.BENCH_CASES ?? [
   'format=sql', 'format=json', 'format=csv-zip', 'format=json-zip', 'format=oracle-loader',
   'format=csv-zip&archiveType=tar', 'format=json-zip&archiveType=tar', 'format=oracle-loader&archiveType=tar'
 ].join(',')).split(',')
+const ENCODINGS = (process.env.BENCH_ENCODINGS ?? 'identity').split(',')
 
 const COLUMNS: Column[] = [
   { name: 'id', type: 'integer', primaryKey: true, nullable: false },
@@ -194,10 +197,11 @@ function message<T> (proc: ChildProcess): Promise<T> {
 }
 
 
-function download (port: number, path: string): Promise<{ status: number, bytes: number, seconds: number }> {
+function download (port: number, path: string, encoding = 'identity'): Promise<{ status: number, bytes: number, seconds: number }> {
   const start = process.hrtime.bigint()
   return new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path }, (res) => {
+    // The bytes as they cross the connection: node:http does not decompress.
+    http.get({ host: '127.0.0.1', port, path, headers: { 'accept-encoding': encoding } }, (res) => {
       let bytes = 0
       res.on('data', (chunk: Buffer) => { bytes += chunk.length })
       res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes, seconds: Number(process.hrtime.bigint() - start) / 1e9 }))
@@ -221,10 +225,10 @@ async function main (): Promise<void> {
     interface Run extends Memory { rows: number, bytes: number, seconds: number, idleMB: number }
     const runs = new Map<string, Run[]>()
     const record = (label: string, run: Run): void => { runs.set(label, [...(runs.get(label) ?? []), run]) }
-    const serverRun = async (mode: string, path: (key: string) => string): Promise<Run> => {
+    const serverRun = async (mode: string, path: (key: string) => string, encoding?: string): Promise<Run> => {
       const server = child(mode, file)
       const { port, key, idleMB } = await message<{ port: number, key: string, idleMB: number }>(server)
-      const result = await download(port, path(key))
+      const result = await download(port, path(key), encoding)
       if (result.status !== 200) throw new Error(`${path('…')}: status ${result.status}`)
       const memory = message<Memory>(server)
       server.send('report')
@@ -235,7 +239,12 @@ async function main (): Promise<void> {
     for (let i = 0; i < REPEAT; i++) {
       record(BASELINE, await message<Run>(child('--baseline', file)))
       if (CASES.includes('format=json')) record(REFERENCE, await serverRun('--hand-written', () => '/events.json'))
-      for (const query of CASES) record(query, await serverRun('--serve', (key) => `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`))
+      for (const query of CASES) {
+        for (const encoding of ENCODINGS) {
+          const label = ENCODINGS.length === 1 && encoding === 'identity' ? query : `${query}, Accept-Encoding: ${encoding}`
+          record(label, await serverRun('--serve', (key) => `/api/acme/shop/model/1/dataset/1?api_key=${key}&${query}`, encoding))
+        }
+      }
       process.stdout.write(`round ${i + 1} of ${REPEAT} done\n`)
     }
 
