@@ -83,10 +83,11 @@ for (const [size, rows] of [['one chunk', 40], ['streamed', 5000]] as const) {
   })
 }
 
-t.test('br is preferred when both are accepted equally; q-values are honoured', async (t) => {
+t.test('gzip when both are accepted equally (it holds less memory); br when preferred or alone', async (t) => {
   const { port, path } = await serve(t, 5000)
-  t.equal((await get(port, path('format=json'), 'gzip, deflate, br')).headers['content-encoding'], 'br')
-  t.equal((await get(port, path('format=json'), 'gzip;q=1, br;q=0.1')).headers['content-encoding'], 'gzip')
+  t.equal((await get(port, path('format=json'), 'br, gzip, deflate')).headers['content-encoding'], 'gzip')
+  t.equal((await get(port, path('format=json'), 'gzip;q=0.5, br')).headers['content-encoding'], 'br')
+  t.equal((await get(port, path('format=json'), 'br')).headers['content-encoding'], 'br')
   t.equal((await get(port, path('format=json'), 'deflate')).headers['content-encoding'], undefined, 'deflate is not offered')
   t.equal((await get(port, path('format=json'), 'identity')).headers['content-encoding'], undefined)
 })
