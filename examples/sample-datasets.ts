@@ -309,7 +309,7 @@ class StatementPool {
 
 /**
  * The example's DatasetSource, and the way we advise a host to write one
- * (lib/dataset-source.ts, `Dataset.rows`): rows are read with prepared statements
+ * (lib/host/dataset-source.ts, `Dataset.rows`): rows are read with prepared statements
  * that are reused, returned as plain iterables (no await per row), through a
  * read-only connection of their own: better-sqlite3 refuses writes on a
  * connection while one of its statements is iterating, and a download keeps

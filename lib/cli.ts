@@ -4,8 +4,8 @@ import { rename, rm } from 'node:fs/promises'
 import { Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parseArgs } from 'node:util'
-import { redactKeys } from './api-key.js'
-import { redactUrl } from './log-redaction.js'
+import { redactKeys } from './keys/api-key.js'
+import { redactUrl } from './routes/log-redaction.js'
 import {
   DataEndpointsClient, DataEndpointsError, HttpError, JobWaitTimeoutError, UsageError, jsonLinesLogger,
   type ClientLogger, type DatasetQuery, type JobInfo

@@ -1,14 +1,14 @@
-import type { FailureThrottle } from './failure-throttle.js'
+import type { FailureThrottle } from './keys/failure-throttle.js'
 import type { TarSpool } from './formats/tar-spool.js'
-import type { IdempotencyReleaser } from './idempotency-releaser.js'
-import type { KeyHasher } from './key-hasher.js'
-import type { KeyVerifier } from './key-verifier.js'
+import type { IdempotencyReleaser } from './storage/idempotency-releaser.js'
+import type { KeyHasher } from './keys/key-hasher.js'
+import type { KeyVerifier } from './keys/key-verifier.js'
 import type { PluginMetrics } from './metrics.js'
-import type { RenderedBodies } from './rendered-bodies.js'
+import type { RenderedBodies } from './downloads/rendered-bodies.js'
 import type { ResolvedOptions } from './options.js'
-import type { Storage } from './storage.js'
-import type { UsageRecorder } from './usage-recorder.js'
-import type { Housekeeping } from './housekeeping.js'
+import type { Storage } from './storage/storage.js'
+import type { UsageRecorder } from './storage/usage-recorder.js'
+import type { Housekeeping } from './storage/housekeeping.js'
 
 /** What the plugin's route modules share, built once at registration. */
 export interface PluginContext {

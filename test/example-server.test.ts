@@ -261,7 +261,7 @@ t.test('sample datasets stream from SQLite', async (t) => {
   t.equal(await datasets.getDataset({ ...ref, resourceSequence: 3 }), null, 'dataset 3 does not exist')
   t.equal(await datasets.getDataset({ ...ref, project: 'other' }), null, 'nor dataset 2 of another project')
 
-  // A plain iterable: read without an await per row (lib/dataset-source.ts).
+  // A plain iterable: read without an await per row (lib/host/dataset-source.ts).
   const count = (limit: number | undefined, leaveAfter?: number): number => {
     const ids: unknown[] = []
     const rows = events.rows('events', { limit, signal: new AbortController().signal }) as Iterable<readonly unknown[]>

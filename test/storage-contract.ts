@@ -1,16 +1,16 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { randomAlphanumeric } from '../lib/api-key.js'
+import { randomAlphanumeric } from '../lib/keys/api-key.js'
 import {
   PrefixTakenError,
   type ApiKeyRecord, type EndpointLocator, type NewApiKey, type ProjectRef, type ResourceType, type Storage,
   type UsageBatch, type UsageCount, type UsageRow
-} from '../lib/storage.js'
-import { countId } from '../lib/usage-buckets.js'
+} from '../lib/storage/storage.js'
+import { countId } from '../lib/storage/usage-buckets.js'
 
-// The storage contract (lib/storage.ts): one file, run against every adapter
-// (test/storage-sqlite.test.ts, test/storage-pg.test.ts). Each case works in
+// The storage contract (lib/storage/storage.ts): one file, run against every adapter
+// (test/storage/storage-sqlite.test.ts, test/storage/storage-pg.test.ts). Each case works in
 // a project of its own, so adapters whose `open()` returns the same database
 // every time (a file, a server) need no cleaning between cases.
 

@@ -1,5 +1,5 @@
 import { inspect } from 'node:util'
-import { redactKeys } from '../api-key.js'
+import { redactKeys } from '../keys/api-key.js'
 import { DataEndpointsError, HttpError, NetworkError } from './errors.js'
 import { parseRetryAfter } from './retry.js'
 

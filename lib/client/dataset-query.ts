@@ -1,4 +1,4 @@
-import type { ArchiveType, FormatName } from '../formats/index.js'
+import type { ArchiveType, FormatName } from '../formats/types.js'
 import { UsageError } from './errors.js'
 
 // The query of a dataset download (SPEC.md §4.1), checked before sending.

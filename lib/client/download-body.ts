@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream'
 import { ReadableStream } from 'node:stream/web'
-import { redactKeys } from '../api-key.js'
+import { redactKeys } from '../keys/api-key.js'
 import { describe } from './attempt.js'
 import { DownloadCutOffError } from './errors.js'
 

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import type { Readable } from 'node:stream'
-import { loggablePrefix } from '../api-key.js'
-import type { JobStatus, JobType } from '../job-source.js'
-import { redactUrl } from '../log-redaction.js'
+import { loggablePrefix } from '../keys/api-key.js'
+import type { JobStatus, JobType } from '../host/job-source.js'
+import { redactUrl } from '../routes/log-redaction.js'
 import { attempt, readJson, type AttemptSpec } from './attempt.js'
 import { fileNameOf } from './content-disposition.js'
 import { datasetParams, type DatasetQuery } from './dataset-query.js'
@@ -17,7 +17,7 @@ import { DEFAULT_MAX_RETRY_AFTER, DEFAULT_RETRY_DELAYS, realSleep, withRetries, 
 // Node's built-in fetch does the HTTP; retries follow SPEC.md §7.4 (retry.ts).
 
 export type { JobStatus, JobType }
-export type { ArchiveType, FormatName } from '../formats/index.js'
+export type { ArchiveType, FormatName } from '../formats/types.js'
 export { DATASET_FORMATS, type DatasetQuery } from './dataset-query.js'
 export * from './errors.js'
 export { jsonLinesLogger, silentLogger, type ClientLogEntry, type ClientLogger } from './log.js'

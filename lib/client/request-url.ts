@@ -1,5 +1,5 @@
-import { redactKeys } from '../api-key.js'
-import { redactUrl } from '../log-redaction.js'
+import { redactKeys } from '../keys/api-key.js'
+import { redactUrl } from '../routes/log-redaction.js'
 import { UsageError } from './errors.js'
 
 // Checks a URL before the client sends anything to it. The key travels only in

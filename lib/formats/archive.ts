@@ -1,8 +1,8 @@
 import { Readable } from 'node:stream'
 import tar from 'tar-stream'
 import yazl from 'yazl'
-import type { Entity } from '../dataset-source.js'
-import type { ArchiveType, Download, DownloadSpec } from './index.js'
+import type { Entity } from '../host/dataset-source.js'
+import type { ArchiveType, Download, DownloadSpec } from './types.js'
 import { SpooledEntry, type TarSpool } from './tar-spool.js'
 
 // The archives of csv-zip, json-zip and oracle-loader. Each entry's content is

@@ -1,4 +1,4 @@
-import type { Column, Entity } from '../dataset-source.js'
+import type { Column, Entity } from '../host/dataset-source.js'
 
 // Checks the host's entity and column descriptions before anything is sent,
 // so a model no format can write answers 500 with a clear message instead of

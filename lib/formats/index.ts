@@ -1,50 +1,13 @@
-import type { Dataset, Entity } from '../dataset-source.js'
-import type { DownloadAbort } from '../download-abort.js'
 import { csvZipFormat } from './csv.js'
 import { jsonFormat, jsonZipFormat } from './json.js'
 import { oracleLoaderFormat } from './oracle.js'
-import type { Pace } from './pace.js'
 import { sqlFormat } from './sql.js'
-import type { TarSpool } from './tar-spool.js'
+import { FORMAT_NAMES, type DownloadFormat, type FormatName } from './types.js'
 
 // The download formats of SPEC.md §4.1. Each turns a dataset into a byte
 // stream that pulls rows only as fast as the client reads them.
 
-export const FORMAT_NAMES = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'] as const
-export type FormatName = typeof FORMAT_NAMES[number]
-export const ARCHIVE_TYPES = ['zip', 'tar'] as const
-export type ArchiveType = typeof ARCHIVE_TYPES[number]
-
-export interface DownloadSpec {
-  dataset: Dataset
-  /** the entities to include, in order (one when `entity` was given) */
-  entities: readonly Entity[]
-  /** rows per entity; undefined for all */
-  limit: number | undefined
-  archiveType: ArchiveType
-  /** where tar entries wait until their size is known (the plugin's one spool, with its disk budget) */
-  tarSpool: TarSpool
-  /** set once the response's headers went out: until then a failure can still be answered as an error */
-  responseStarted: boolean
-  /** aborted when the client goes away; its `signal` is made on first read */
-  abort: Pick<DownloadAbort, 'aborted' | 'signal'>
-  /** its chunk size and its share of the event loop */
-  pace: Pace
-}
-
-export interface Download {
-  contentType: string
-  /** file name for Content-Disposition, extension included */
-  fileName: string
-  /**
-   * The bytes, pulled as the client reads: a generator of text chunks (sql,
-   * json) or an archive's Readable. Returning its iterator stops the read.
-   */
-  body: AsyncIterable<string | Uint8Array>
-}
-
-/** Builds the download; throws (before anything is sent) when the model cannot be written. */
-export type DownloadFormat = (spec: DownloadSpec) => Download
+export * from './types.js'
 
 export const FORMATS: Record<FormatName, DownloadFormat> = {
   sql: sqlFormat,

@@ -1,6 +1,6 @@
-import type { Column, Entity, Row } from '../dataset-source.js'
+import type { Column, Entity, Row } from '../host/dataset-source.js'
 import { archiveBody, archiveDownload, archiveFileNames, type ArchiveEntry } from './archive.js'
-import type { DownloadFormat, DownloadSpec } from './index.js'
+import type { DownloadFormat, DownloadSpec } from './types.js'
 import { delimitedRows, entityChunks, rowWriter, separated, type CellWriter } from './rows.js'
 import { isNotNull } from './sql.js'
 import { binaryValue, booleanValue, canonicalText } from './values.js'

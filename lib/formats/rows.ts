@@ -1,5 +1,5 @@
-import type { Entity, Row, RowsOptions } from '../dataset-source.js'
-import type { DownloadSpec } from './index.js'
+import type { Entity, Row, RowsOptions } from '../host/dataset-source.js'
+import type { DownloadSpec } from './types.js'
 import { columnError } from './values.js'
 
 /** Writes one value of a column as the format's text (NULL included). */

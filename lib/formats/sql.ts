@@ -1,5 +1,5 @@
-import type { Column, Entity, Row } from '../dataset-source.js'
-import type { DownloadFormat, DownloadSpec } from './index.js'
+import type { Column, Entity, Row } from '../host/dataset-source.js'
+import type { DownloadFormat, DownloadSpec } from './types.js'
 import { entityChunks, rowWriter, separated, type CellWriter, type EntityText } from './rows.js'
 import {
   bigintText, binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText, ValueError

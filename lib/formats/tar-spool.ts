@@ -1,6 +1,6 @@
 import { mkdir, open, rm, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
-import { withDetails } from '../error-reply.js'
+import { withDetails } from '../routes/error-reply.js'
 import { TarSpoolFullError } from '../errors.js'
 import { newSpoolFolderName } from './spool-folder.js'
 

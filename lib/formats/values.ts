@@ -1,4 +1,4 @@
-import type { Column } from '../dataset-source.js'
+import type { Column } from '../host/dataset-source.js'
 
 // Turns the values a dataset source may hand over (see ColumnType) into one
 // canonical form per logical type, which every format then writes. Each

@@ -20,7 +20,7 @@ import Database from 'better-sqlite3'
 import Fastify from 'fastify'
 import { buildExampleApp, exampleLoggerOptions } from '../../examples/app.js'
 import { exampleDatabaseFile, SampleDatasets } from '../../examples/sample-datasets.js'
-import { sendDataset } from '../../lib/dataset-download.js'
+import { sendDataset } from '../../lib/downloads/dataset-download.js'
 import { TarSpool } from '../../lib/formats/tar-spool.js'
 import { DEFAULTS } from '../../lib/options.js'
 

@@ -1,0 +1,274 @@
+import { Readable } from 'node:stream'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { redactKeys } from '../keys/api-key.js'
+import { datasetEtag, ifNoneMatchHits } from './dataset-etag.js'
+import type { Dataset, Entity, ResourceRef } from '../host/dataset-source.js'
+import { DownloadAbort } from './download-abort.js'
+import { noteFailure } from '../routes/error-reply.js'
+import { InvalidParameterError, UnknownFormatError } from '../errors.js'
+import { checkEntities } from '../formats/entity-model.js'
+import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type DownloadSpec, type FormatName } from '../formats/index.js'
+import { oracleDdl } from '../formats/oracle.js'
+import { DEFAULT_CHUNK_SIZE, Pace } from '../formats/pace.js'
+import { ddlFor } from '../formats/sql.js'
+import type { TarSpool } from '../formats/tar-spool.js'
+import type { PluginMetrics } from '../metrics.js'
+import type { RenderedBodies } from './rendered-bodies.js'
+
+export interface DownloadQuery {
+  format: FormatName
+  entities: readonly Entity[]
+  meta: 'entities' | 'ddl' | undefined
+  archiveType: ArchiveType
+  limit: number | undefined
+}
+
+const DIGITS = /^[0-9]{1,20}$/
+
+function oneOf<T extends string> (name: string, value: unknown, allowed: readonly T[]): T | undefined {
+  if (value === undefined) return undefined
+  if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T
+  throw new InvalidParameterError(`Invalid ${name}: must be one of ${allowed.join(', ')}`)
+}
+
+/** Reads the dataset query (DESIGN.md §2 step 8): format first (500), then the others (400). */
+export function parseDownloadQuery (query: Record<string, unknown>, dataset: Dataset): DownloadQuery {
+  const format = query.format ?? 'sql'
+  if (!isFormatName(format)) throw new UnknownFormatError(String(format))
+  const archiveType = oneOf('archiveType', query.archiveType, ARCHIVE_TYPES) ?? 'zip'
+  const meta = oneOf('meta', query.meta, ['entities', 'ddl'] as const)
+
+  let limit: number | undefined
+  if (query.limit !== undefined) {
+    const text = query.limit
+    if (typeof text !== 'string' || !DIGITS.test(text) || !Number.isSafeInteger(Number(text))) {
+      throw new InvalidParameterError('Invalid limit: must be a non-negative integer')
+    }
+    limit = Number(text)
+  }
+
+  let entities = dataset.entities
+  if (query.entity !== undefined) {
+    const chosen = typeof query.entity === 'string' ? entities.find((e) => e.name === query.entity) : undefined
+    if (chosen === undefined) throw new InvalidParameterError('Invalid entity: the dataset has no entity of that name')
+    entities = [chosen]
+  }
+  return { format, entities, meta, archiveType, limit }
+}
+
+/**
+ * `attachment` with an ASCII fallback name and the exact UTF-8 name (RFC 6266).
+ * encodeURIComponent leaves `'()*` as they are, which RFC 8187 does not allow
+ * in the extended value, so they are escaped too.
+ */
+export function contentDisposition (fileName: string): string {
+  const ascii = fileName.replace(/[^A-Za-z0-9._-]+/g, '_')
+  const extended = encodeURIComponent(fileName).replace(/['()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase())
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${extended}`
+}
+
+/** What a download needs from the plugin besides the request and the dataset. */
+export interface DownloadContext {
+  tarSpool: TarSpool
+  /** characters gathered into one write; a body within it is sent whole */
+  chunkSize: number
+  /** small rendered bodies by ETag; null when turned off */
+  renderedBodies: RenderedBodies | null
+  metrics: PluginMetrics | null
+  /** whether answers may be compressed (then they vary by Accept-Encoding) */
+  compression: boolean
+}
+
+/** A download with an ETag may be stored by the client, revalidated each time; without one, not at all. */
+const REVALIDATE = 'private, no-cache'
+
+/**
+ * Answers a dataset GET whose key is verified and whose dataset exists.
+ * Everything that can fail before the first byte (query, model, Oracle
+ * names, the first chunk) fails here, as a JSON error. Once the body streams, a failure
+ * destroys the connection (Fastify does so for a stream that errors after
+ * its headers), so the client sees an incomplete response, never a file that
+ * looks whole.
+ */
+export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, ref: ResourceRef, context: DownloadContext): Promise<FastifyReply> {
+  const q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
+  checkEntities(dataset.entities)
+  const etag = dataset.revision === undefined
+    ? undefined
+    : datasetEtag(ref, dataset.revision, { ...q, entities: q.entities.map((e) => e.name) })
+  // The body may come compressed or not, by the request's Accept-Encoding
+  // (lowercase, as @fastify/compress writes it, so it is not added twice).
+  if (context.compression) reply.header('vary', 'accept-encoding')
+  if (etag !== undefined) {
+    reply.header('etag', etag).header('cache-control', REVALIDATE)
+    // A 304 is a successful call: the key hook has counted it already.
+    if (ifNoneMatchHits(request.headers['if-none-match'], etag)) return reply.code(304).send()
+  } else {
+    reply.header('cache-control', 'no-store')
+  }
+
+  if (q.meta === 'entities') {
+    return reply.type('application/json; charset=utf-8').send(q.entities.map((e) => e.name))
+  }
+  if (q.meta === 'ddl') {
+    // The dialect follows the format: Oracle for oracle-loader, else the portable SQL.
+    const ddl = q.format === 'oracle-loader' ? oracleDdl(q.entities) : ddlFor(q.entities)
+    return reply.type('text/plain; charset=utf-8').send(ddl)
+  }
+
+  const { metrics } = context
+  const cached = etag === undefined ? undefined : context.renderedBodies?.get(etag)
+  if (cached !== undefined) {
+    metrics?.downloadSent(q.format, byteLength(cached.body))
+    return sendBody(reply, cached.contentType, cached.fileName, cached.body)
+  }
+
+  // Stop reading at the source as soon as the client goes away.
+  const abort = new DownloadAbort()
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) abort.abort()
+  })
+  const spec: DownloadSpec = {
+    dataset,
+    entities: q.entities,
+    limit: q.limit,
+    archiveType: q.archiveType,
+    tarSpool: context.tarSpool,
+    responseStarted: false,
+    abort,
+    pace: new Pace(context.chunkSize)
+  }
+  const download = FORMATS[q.format](spec)
+  const sent = metrics === null ? undefined : (bytes: number): void => { metrics.downloadSent(q.format, bytes) }
+  let body: Buffer | string | Readable
+  try {
+    body = await wholeIfSmall(download.body, abort, context.chunkSize, sent)
+  } catch (err) {
+    // The client left before anything was sent: there is no one to answer
+    // (the close is logged by the data routes).
+    if (abort.aborted) return reply.hijack()
+    throw err
+  }
+  if (body instanceof Readable) {
+    spec.responseStarted = true
+    // Runs before Fastify's own listener, which logs the error with its message
+    // and stack, and a host's message may quote a key.
+    body.prependListener('error', (err: unknown) => {
+      if (!(err instanceof Error)) return
+      err.message = redactKeys(err.message)
+      if (typeof err.stack === 'string') err.stack = redactKeys(err.stack)
+      noteFailure(request, `Download failed after it started: ${err.message}`)
+    })
+    if (metrics !== null) {
+      metrics.downloadStarted(q.format)
+      body.once('close', () => { metrics.downloadEnded(q.format) })
+    }
+  } else {
+    sent?.(byteLength(body))
+    if (etag !== undefined) context.renderedBodies?.set(etag, { body, contentType: download.contentType, fileName: download.fileName })
+  }
+  return sendBody(reply, download.contentType, download.fileName, body)
+}
+
+function sendBody (reply: FastifyReply, contentType: string, fileName: string, body: Buffer | string | Readable): FastifyReply {
+  return reply
+    .type(contentType)
+    .header('content-disposition', contentDisposition(fileName))
+    .header('x-content-type-options', 'nosniff')
+    .send(body)
+}
+
+type Chunk = string | Uint8Array
+
+function byteLength (chunk: Chunk): number {
+  return typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.byteLength
+}
+
+/**
+ * Reads the start of a download. A body that ends within `limit` bytes (the
+ * chunk size: one chunk) comes back whole (a string when the format wrote
+ * text): one write instead of a chunked stream, which makes small downloads
+ * nearly as cheap as a plain route, and a failure this early still becomes a
+ * JSON error. A longer body comes back as a stream that replays what was read
+ * and then carries on, with the source's backpressure (see PulledChunks).
+ */
+export async function wholeIfSmall (
+  body: AsyncIterable<Chunk>, abort: Pick<DownloadAbort, 'onAbort'>, limit = DEFAULT_CHUNK_SIZE, sent?: (bytes: number) => void
+): Promise<Buffer | string | Readable> {
+  const iterator = body[Symbol.asyncIterator]()
+  const head: Chunk[] = []
+  let size = 0
+  // Nothing is piped to the client yet, so nothing else would stop the read.
+  // A stream is destroyed at once; a generator ends at its next step (and
+  // its source sees the aborted signal).
+  const stop = (): void => {
+    if (body instanceof Readable) body.destroy()
+    else iterator.return?.().catch(() => {})
+  }
+  const removeStop = abort.onAbort(stop)
+  try {
+    while (size < limit) {
+      const next = await iterator.next()
+      if (next.done === true) {
+        return head.every((c) => typeof c === 'string')
+          ? head.join('')
+          : Buffer.concat(head.map((c) => (typeof c === 'string' ? Buffer.from(c) : c)))
+      }
+      head.push(next.value)
+      size += byteLength(next.value)
+    }
+  } catch (err) {
+    await iterator.return?.().catch(() => {})
+    throw err
+  } finally {
+    removeStop()
+  }
+  return new PulledChunks(head, iterator, sent)
+}
+
+/**
+ * The rest of a download, after the chunks already read (`head`), as a
+ * stream that reads one chunk each time the response asks for one. It reads
+ * nothing ahead: Readable.from, even with highWaterMark 0, reads on while its
+ * buffer is empty, so for a client that stopped reading it would hold another
+ * chunk besides the one the response is sending. `sent` hears the bytes of
+ * each chunk handed on (for the metrics).
+ */
+class PulledChunks extends Readable {
+  readonly #head: Chunk[]
+  readonly #rest: AsyncIterator<Chunk>
+  readonly #sent: ((bytes: number) => void) | undefined
+
+  constructor (head: Chunk[], rest: AsyncIterator<Chunk>, sent?: (bytes: number) => void) {
+    super({ highWaterMark: 0 })
+    this.#head = head
+    this.#rest = rest
+    this.#sent = sent
+  }
+
+  #hand (chunk: Chunk): void {
+    this.#sent?.(byteLength(chunk))
+    this.push(chunk)
+  }
+
+  override _read (): void {
+    const held = this.#head.shift()
+    if (held !== undefined) {
+      this.#hand(held)
+      return
+    }
+    this.#rest.next().then(
+      (next) => {
+        if (next.done === true) this.push(null)
+        else this.#hand(next.value)
+      },
+      (err: Error) => { this.destroy(err) }
+    )
+  }
+
+  override _destroy (err: Error | null, callback: (err?: Error | null) => void): void {
+    this.#head.length = 0
+    // Destroyed early (the client left): end the source too.
+    Promise.resolve(this.#rest.return?.()).then(() => callback(err), (returnError: Error) => callback(err ?? returnError))
+  }
+}

@@ -1,0 +1,43 @@
+import { createHash } from 'node:crypto'
+import type { ResourceRef } from '../host/dataset-source.js'
+
+// Conditional GET for datasets that carry a `revision` (issue 10). The ETag
+// is weak: the same revision rendered twice gives equivalent data, not
+// always the same bytes (a compressed stream, an archive's timestamps), and
+// If-None-Match compares weakly anyway (RFC 9110 §13.1.2).
+
+/** What shapes a download's body, besides the dataset's revision. */
+export interface BodyShape {
+  format: string
+  meta: string | undefined
+  archiveType: string
+  limit: number | undefined
+  /** the entities the body holds, in order */
+  entities: readonly string[]
+}
+
+/** Bump when the way a body is rendered changes, so that old ETags stop matching. */
+const RENDERING_VERSION = '1'
+
+export function datasetEtag (ref: ResourceRef, revision: string, shape: BodyShape): string {
+  const digest = createHash('sha256')
+    .update(JSON.stringify([
+      RENDERING_VERSION, ref.organization, ref.project, ref.modelSequence, ref.resourceSequence, revision,
+      shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, shape.entities
+    ]))
+    .digest('base64url')
+  return `W/"${digest.slice(0, 27)}"`
+}
+
+/** Whether an `If-None-Match` header names `etag`, by weak comparison, or is `*`. */
+export function ifNoneMatchHits (header: string | string[] | undefined, etag: string): boolean {
+  if (header === undefined) return false
+  const opaque = etag.replace(/^W\//, '')
+  for (const list of Array.isArray(header) ? header : [header]) {
+    for (const item of list.split(',')) {
+      const tag = item.trim()
+      if (tag === '*' || tag.replace(/^W\//, '') === opaque) return true
+    }
+  }
+  return false
+}

@@ -1,0 +1,210 @@
+import { setTimeout } from 'node:timers/promises'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { keyPrefixOf, loggablePrefix } from './api-key.js'
+import type { PluginContext } from '../context.js'
+import { clientKey } from './failure-throttle.js'
+import {
+  DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
+  TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError
+} from '../errors.js'
+import { withDetails } from '../routes/error-reply.js'
+import type { EndpointLocator } from '../storage/storage.js'
+
+export interface DataRouteParams {
+  organization: string
+  project: string
+  modelSequence: string
+  type: string
+  resourceSequence: string
+}
+
+/** What a data request carries once its key is verified. */
+export interface AuthenticatedCall {
+  locator: EndpointLocator
+  endpointId: string
+  /** the key that authenticated the call */
+  keyId: string
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** set by the key hook on data routes once the key is verified */
+    dataEndpointCall: AuthenticatedCall | null
+    /** the supplied key's first 10 characters, for log lines */
+    dataEndpointKeyPrefix: string | undefined
+  }
+}
+
+// Positive integers up to 2^53 - 1, written without sign, exponent or leading zero.
+const SEQUENCE = /^[1-9][0-9]{0,15}$/
+
+function sequence (text: string): number | null {
+  if (!SEQUENCE.test(text)) return null
+  const n = Number(text)
+  return Number.isSafeInteger(n) ? n : null
+}
+
+export function parseLocator (params: DataRouteParams): EndpointLocator | null {
+  const { type } = params
+  if (type !== 'dataset' && type !== 'pipeline') return null
+  const modelSequence = sequence(params.modelSequence)
+  const resourceSequence = sequence(params.resourceSequence)
+  if (modelSequence === null || resourceSequence === null) return null
+  return { organization: params.organization, project: params.project, modelSequence, type, resourceSequence }
+}
+
+const BEARER = /^bearer[ \t]+([^ \t].*?)[ \t]*$/i
+
+/**
+ * The supplied key: a non-empty `api_key` query value wins over
+ * `Authorization: Bearer <key>` (scheme in any case). A repeated `api_key`
+ * is passed on as is, and fails later as a malformed key.
+ */
+export function suppliedKey (request: FastifyRequest): unknown {
+  const fromQuery = (request.query as Record<string, unknown>).api_key
+  if (fromQuery !== undefined && fromQuery !== '') return fromQuery
+  const header = request.headers.authorization
+  if (typeof header === 'string') {
+    const match = BEARER.exec(header)
+    if (match !== null) return match[1]
+  }
+  return undefined
+}
+
+function isLoopback (ip: string): boolean {
+  return ip === '::1' || ip.startsWith('127.') || ip.startsWith('::ffff:127.')
+}
+
+/**
+ * The key hook of the data routes (DESIGN.md §2 steps 1-6), run in
+ * `onRequest` so that an unauthenticated body is never read. Each refusal
+ * throws a catalogue error; the context's error handler writes `{ message }`.
+ */
+export function authenticateHook (ctx: PluginContext) {
+  const { storage, verifier, usage, throttle } = ctx
+  const { requireHttps } = ctx.options
+
+  // A key verified here before passes a client's bound: a neighbour behind
+  // the same address keeps working (its key still goes through every check).
+  // (A prefix means the supplied value is a well-formed key, so a string.)
+  function verifiedBefore (prefix: string | null, supplied: unknown): boolean {
+    return prefix !== null && verifier.hasVerified(supplied as string)
+  }
+
+  // A request over its client's bound is held `delayMs` before it is asked
+  // again, so a flood's connections wait instead of taking the event loop.
+  // While its value is being compared, it waits for that comparison instead,
+  // however long bcrypt takes on a loaded machine: a burst of first requests
+  // with a good key is over the bound only until the key's first comparison
+  // ends. A value that did not match still waits out the hold.
+  async function hold (delayMs: number, prefix: string | null, supplied: unknown): Promise<void> {
+    let left = delayMs
+    const comparing = prefix === null ? undefined : verifier.comparison(supplied as string)
+    if (comparing !== undefined) {
+      const since = Date.now()
+      if (await comparing) return
+      left -= Date.now() - since
+    }
+    if (left > 0) await setTimeout(left)
+    // one that began during the hold
+    const begun = prefix === null ? undefined : verifier.comparison(supplied as string)
+    if (begun !== undefined) await begun
+  }
+
+  function refuse (client: string, error: Error): never {
+    throttle?.recordFailure(client)
+    throw error
+  }
+
+  /**
+   * A request without a key is counted in the endpoint's usage history as
+   * `no_key`, if the endpoint exists. That takes a read the refusal itself
+   * does not need, so a failed read leaves the answer as it was.
+   */
+  async function countKeyless (locator: EndpointLocator): Promise<void> {
+    try {
+      const found = await storage.findEndpointKey(locator, null)
+      if (found !== null) usage.recordRefusal(found.endpointId, null, 'no_key')
+    } catch {}
+  }
+
+  return async function authenticate (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    // Data and refusals alike must not be kept by caches on the way.
+    reply.header('cache-control', 'no-store')
+    const locator = parseLocator(request.params as DataRouteParams)
+    if (locator === null) throw new NotFoundError()
+    const allowed = locator.type === 'dataset' ? 'GET' : 'POST'
+    if (request.method !== allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: allowed } })
+    if (requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
+
+    const supplied = suppliedKey(request)
+    if (supplied === undefined) {
+      await countKeyless(locator)
+      throw new NotAuthorizedError()
+    }
+    request.dataEndpointKeyPrefix = loggablePrefix(supplied)
+    const client = clientKey(request.ip)
+    const prefix = keyPrefixOf(supplied)
+    let admitted = false
+    if (throttle !== null) {
+      // Admitted attempts count as in flight until settled below, so a burst
+      // cannot pass the check before its failures are recorded.
+      let wait = throttle.admit(client)
+      // A client over its bound is refused before any storage read or bcrypt,
+      // unless it sends a key already verified here.
+      if (wait > 0 && !verifiedBefore(prefix, supplied)) {
+        await hold(throttle.delayMs, prefix, supplied)
+        wait = throttle.admit(client)
+        if (wait > 0 && !verifiedBefore(prefix, supplied)) {
+          throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
+        }
+      }
+      admitted = wait === 0
+    }
+    try {
+      const found = await storage.findEndpointKey(locator, prefix)
+      const key = found?.key ?? null
+      if (found === null) refuse(client, new UnknownEndpointError())
+      const { endpointId } = found
+      if (key === null || prefix === null) {
+        usage.recordRefusal(endpointId, null, 'unknown_prefix')
+        refuse(client, new UnknownKeyError())
+      }
+
+      let matches: boolean
+      try {
+        matches = await verifier.verify(key.hash, supplied as string)
+      } catch (err) {
+        if (err instanceof VerificationBusyError) {
+          // Mostly a flood's (a key's owner needs one place in its key's
+          // line): held like the throttle's refusals, so that its
+          // connections wait instead of taking the event loop.
+          if (throttle !== null) await setTimeout(throttle.delayMs)
+          throw withDetails(err, { headers: { 'retry-after': '1' } })
+        }
+        throw err
+      }
+      if (!matches) {
+        // A wrong secret on a prefix that is assigned here: a guess at this key.
+        usage.recordRefusal(endpointId, key.id, 'unknown_key')
+        refuse(client, new UnknownKeyError())
+      }
+      // The secret matched, so saying "disabled" reveals nothing to a guesser.
+      // An expired key is inactive too; the clock is read on every request,
+      // so a memoised comparison never outlives the expiry.
+      if (!key.isActive) {
+        usage.recordRefusal(endpointId, key.id, 'disabled')
+        refuse(client, new DisabledKeyError())
+      }
+      if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
+        usage.recordRefusal(endpointId, key.id, 'expired')
+        refuse(client, new ExpiredKeyError())
+      }
+
+      usage.record(endpointId, key.id)
+      request.dataEndpointCall = { locator, endpointId, keyId: key.id }
+    } finally {
+      if (admitted) throttle?.settle(client)
+    }
+  }
+}

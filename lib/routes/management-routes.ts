@@ -1,0 +1,302 @@
+import fastifyAuth from '@fastify/auth'
+import { TypeBoxValidatorCompiler, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
+import { Type, type Static } from 'typebox'
+import { generateKey } from '../keys/api-key.js'
+import type { PluginContext } from '../context.js'
+import { endpointPath } from './endpoint-path.js'
+import { sendError } from './error-reply.js'
+import {
+  BadRequestError, DatasetNotFoundError, EndpointNotFoundError, KeyNotFoundError,
+  ManagementNotAuthorizedError, PipelineNotFoundError
+} from '../errors.js'
+import { MANAGE_API_KEYS, type ResolvedOptions } from '../options.js'
+import {
+  ApiKey, ApiKeyWithValue, CreateKeyBody, Endpoint, EndpointParams, ErrorBody, KeyParams, ProjectParams,
+  PutEndpointBody, ResourcesAnswer, UpdateKeyBody, UsageAnswer, UsageQuerystring, AuditAnswer, AuditQuerystring,
+  type ApiKeyBody, type EndpointBody, type ResourceItem
+} from './schemas.js'
+import { bucketStart, DAY_MS, HOUR_MS } from '../storage/usage-buckets.js'
+import { PrefixTakenError, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
+
+const PREFIX_ATTEMPTS = 5
+
+
+function keyBody (k: ApiKeyRecord): ApiKeyBody {
+  return {
+    id: k.id,
+    prefix: k.prefix,
+    purpose: k.purpose,
+    isActive: k.isActive,
+    createdAt: k.createdAt.toISOString(),
+    updatedAt: k.updatedAt === null ? null : k.updatedAt.toISOString(),
+    expiresAt: k.expiresAt === null ? null : k.expiresAt.toISOString()
+  }
+}
+
+function endpointBody (e: EndpointRecord, resourceName: string | undefined): EndpointBody {
+  return {
+    id: e.id,
+    path: endpointPath(e),
+    method: e.type === 'dataset' ? 'GET' : 'POST',
+    type: e.type,
+    organization: e.organization,
+    project: e.project,
+    modelSequence: e.modelSequence,
+    resourceSequence: e.resourceSequence,
+    ...(resourceName === undefined ? {} : { resourceName }),
+    calls: e.calls,
+    keys: e.keys,
+    createdAt: e.createdAt.toISOString()
+  }
+}
+
+/** A resource's place, as a map key: `dataset/1/2`. */
+function placeOf (r: { type: ResourceType, modelSequence: number, resourceSequence: number }): string {
+  return `${r.type}/${r.modelSequence}/${r.resourceSequence}`
+}
+
+function locatorOf (params: Static<typeof EndpointParams>): EndpointLocator {
+  return { ...params, modelSequence: Number(params.modelSequence), resourceSequence: Number(params.resourceSequence) }
+}
+
+/** Throws 403 `Not authorized` unless the host grants the caller `ManageAPIKeys`. */
+export async function requireManageApiKeys (options: Pick<ResolvedOptions, 'getPermissions'>, request: FastifyRequest): Promise<void> {
+  for (const permission of await options.getPermissions(request)) {
+    if (permission === MANAGE_API_KEYS) return
+  }
+  throw new ManagementNotAuthorizedError()
+}
+
+const errors = (...codes: number[]): Record<number, typeof ErrorBody> =>
+  Object.fromEntries(codes.map((c) => [c, ErrorBody]))
+
+/**
+ * Key and endpoint management (DESIGN.md §4). Every route needs
+ * `ManageAPIKeys`, checked in `onRequest`, before any body is read.
+ */
+export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }> = async (app, { ctx }) => {
+  const { storage, hasher, usage, options } = ctx
+
+  app.setValidatorCompiler(TypeBoxValidatorCompiler)
+  app.setErrorHandler(sendError)
+  // JSON only. A cross-site HTML form can post text/plain without a CORS
+  // preflight, with the victim's cookies: without this parser such a post
+  // (say, to regenerate a key) is refused with 415 before any handler runs.
+  app.removeContentTypeParser('text/plain')
+  await app.register(fastifyAuth)
+
+  app.addHook('onRequest', app.auth([async (request) => requireManageApiKeys(options, request)]))
+  app.addHook('onSend', async (request, reply, payload) => {
+    reply.header('cache-control', 'no-store')
+    return payload
+  })
+
+  /** Who makes this change, for its audit entry: what the host's getActor answers. */
+  async function auditOf (request: FastifyRequest): Promise<AuditContext> {
+    if (options.getActor === undefined) return { actor: null }
+    const actor = await options.getActor(request)
+    if (actor !== null && actor !== undefined && typeof actor !== 'string') throw new TypeError('getActor must answer a string or null')
+    return { actor: actor ?? null }
+  }
+
+  async function newSecret (): Promise<{ value: string, prefix: string, hash: string }> {
+    const { value, prefix } = generateKey()
+    return { value, prefix, hash: await hasher.hash(value) }
+  }
+
+  /** Runs `write` with fresh key material until its prefix is unique. */
+  async function withUniquePrefix (write: (secret: { value: string, prefix: string, hash: string }) => Promise<ApiKeyRecord | null>):
+  Promise<{ record: ApiKeyRecord | null, value: string }> {
+    for (let attempt = 1; ; attempt++) {
+      const secret = await newSecret()
+      try {
+        return { record: await write(secret), value: secret.value }
+      } catch (err) {
+        if (!(err instanceof PrefixTakenError) || attempt >= PREFIX_ATTEMPTS) throw err
+      }
+    }
+  }
+
+  /**
+   * The expiry a body asks for (undefined: not asked), checked against the
+   * clock and `maxKeyLifetime` (DESIGN.md §4.1).
+   */
+  function requestedExpiry (value: string | null | undefined, now: number): Date | null | undefined {
+    if (value === undefined) return undefined
+    const { maxKeyLifetime } = options
+    const latest = maxKeyLifetime === undefined ? undefined : new Date(now + maxKeyLifetime)
+    if (value === null) {
+      if (latest !== undefined) throw new BadRequestError(`body.expiresAt: must be set, no later than ${latest.toISOString()} (maxKeyLifetime)`)
+      return null
+    }
+    const at = new Date(value)
+    if (at.getTime() <= now) throw new BadRequestError('body.expiresAt: must be in the future')
+    if (latest !== undefined && at > latest) throw new BadRequestError(`body.expiresAt: must be no later than ${latest.toISOString()} (maxKeyLifetime)`)
+    return at
+  }
+
+  /** The resource's name; 404 when the host has no such dataset or pipeline. */
+  async function requireResource (l: EndpointLocator): Promise<string> {
+    const ref = { organization: l.organization, project: l.project, modelSequence: l.modelSequence, resourceSequence: l.resourceSequence }
+    const resource = l.type === 'dataset' ? await options.datasets.getDataset(ref) : await options.pipelines.getPipeline(ref)
+    if (resource === null) throw l.type === 'dataset' ? new DatasetNotFoundError() : new PipelineNotFoundError()
+    return resource.name
+  }
+
+  /** The project's datasets and pipelines as the host lists them (none where it does not). */
+  async function resourcesOf (project: ProjectRef): Promise<ResourceItem[]> {
+    const [datasets, pipelines] = await Promise.all([
+      options.datasets.listResources?.(project) ?? [],
+      options.pipelines.listResources?.(project) ?? []
+    ])
+    const items = [
+      ...datasets.map((r) => ({ type: 'dataset' as const, modelSequence: r.modelSequence, resourceSequence: r.resourceSequence, name: r.name })),
+      ...pipelines.map((r) => ({ type: 'pipeline' as const, modelSequence: r.modelSequence, resourceSequence: r.resourceSequence, name: r.name }))
+    ]
+    return items.sort((a, b) => a.modelSequence - b.modelSequence || (a.type < b.type ? -1 : a.type > b.type ? 1 : 0) ||
+      a.resourceSequence - b.resourceSequence)
+  }
+
+  /**
+   * Names for an endpoint listing. The listing stays usable when the host
+   * cannot list its resources: the failure is logged and names are left out.
+   */
+  async function resourceNames (request: FastifyRequest, project: ProjectRef): Promise<Map<string, string>> {
+    try {
+      return new Map((await resourcesOf(project)).map((r) => [placeOf(r), r.name]))
+    } catch (err) {
+      request.log.error({ err }, 'fastify-data-endpoints: listResources failed; endpoints listed without resource names')
+      return new Map()
+    }
+  }
+
+  async function keyIdsToAssign (project: ProjectRef, requested: string[] | undefined): Promise<string[]> {
+    if (requested !== undefined && requested.length > 0) return requested
+    // SPEC.md §3.2: a project's single key is assigned automatically.
+    const keys = await storage.listKeys(project)
+    if (keys.length === 1) return [keys[0].id]
+    throw new BadRequestError(keys.length === 0
+      ? 'keyIds: the project has no API key yet; create one first'
+      : 'keyIds: choose at least one key; the project has several')
+  }
+
+  app.get('/:organization/:project/keys', {
+    schema: { params: ProjectParams, response: { 200: Type.Array(ApiKey), ...errors(400, 403) } }
+  }, async (request) => {
+    await usage.flush()
+    return (await storage.listKeys(request.params)).map(keyBody)
+  })
+
+  app.post('/:organization/:project/keys', {
+    schema: { params: ProjectParams, body: CreateKeyBody, response: { 201: ApiKeyWithValue, ...errors(400, 403) } }
+  }, async (request, reply) => {
+    const { organization, project } = request.params
+    const { purpose, isActive = true } = request.body
+    const audit = await auditOf(request)
+    const now = Date.now()
+    const expiresAt = requestedExpiry(request.body.expiresAt, now) ??
+      (options.maxKeyLifetime === undefined ? null : new Date(now + options.maxKeyLifetime))
+    const { record, value } = await withUniquePrefix((s) =>
+      storage.createKey({ organization, project, prefix: s.prefix, hash: s.hash, purpose, isActive, expiresAt }, audit))
+    return reply.code(201).send({ ...keyBody(record as ApiKeyRecord), key: value })
+  })
+
+  app.patch('/:organization/:project/keys/:keyId', {
+    schema: { params: KeyParams, body: UpdateKeyBody, response: { 200: ApiKey, ...errors(400, 403, 404) } }
+  }, async (request) => {
+    const { keyId, ...project } = request.params
+    const { expiresAt, ...rest } = request.body
+    const updated = await storage.updateKey(project, keyId, { ...rest, expiresAt: requestedExpiry(expiresAt, Date.now()) }, await auditOf(request))
+    if (updated === null) throw new KeyNotFoundError()
+    return keyBody(updated)
+  })
+
+  app.delete('/:organization/:project/keys/:keyId', {
+    schema: { params: KeyParams, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
+  }, async (request, reply) => {
+    const { keyId, ...project } = request.params
+    if (!await storage.deleteKey(project, keyId, await auditOf(request))) throw new KeyNotFoundError()
+    return reply.code(204).send(null)
+  })
+
+  app.post('/:organization/:project/keys/:keyId/regenerate', {
+    schema: { params: KeyParams, response: { 200: ApiKeyWithValue, ...errors(400, 403, 404) } }
+  }, async (request) => {
+    const { keyId, ...project } = request.params
+    if (await storage.getKey(project, keyId) === null) throw new KeyNotFoundError()
+    const audit = await auditOf(request)
+    const { record, value } = await withUniquePrefix((s) =>
+      storage.replaceKeySecret(project, keyId, { prefix: s.prefix, hash: s.hash }, audit))
+    if (record === null) throw new KeyNotFoundError()
+    return { ...keyBody(record), key: value }
+  })
+
+  app.get('/:organization/:project/usage', {
+    schema: { params: ProjectParams, querystring: UsageQuerystring, response: { 200: UsageAnswer, ...errors(400, 403) } }
+  }, async (request) => {
+    const { granularity = 'hour', keyId, endpointId } = request.query
+    const size = granularity === 'hour' ? HOUR_MS : DAY_MS
+    const to = request.query.to === undefined ? new Date() : new Date(request.query.to)
+    const from = request.query.from === undefined
+      ? new Date(to.getTime() - (granularity === 'hour' ? DAY_MS : 30 * DAY_MS))
+      : new Date(request.query.from)
+    if (from >= to) throw new BadRequestError('querystring.from: must be before to')
+    await usage.flush()
+    const limit = options.usageQueryMaxRows
+    // Every bucket that overlaps [from, to): from the one that holds `from`.
+    const rows = await storage.queryUsage(request.params, {
+      granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit: limit + 1
+    })
+    if (rows.length > limit) {
+      throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
+    }
+    return { granularity, rows: rows.map((r) => ({ ...r, start: r.start.toISOString() })) }
+  })
+
+  app.get('/:organization/:project/audit', {
+    schema: { params: ProjectParams, querystring: AuditQuerystring, response: { 200: AuditAnswer, ...errors(400, 403) } }
+  }, async (request) => {
+    const { before, limit = 50 } = request.query
+    // One more than asked for tells whether there is a next page.
+    const entries = await storage.listAudit(request.params, { before, limit: limit + 1 })
+    const items = entries.slice(0, limit).map((e) => ({ ...e, at: e.at.toISOString() }))
+    return { items, next: entries.length > limit ? items[items.length - 1].id : null }
+  })
+
+  app.get('/:organization/:project/endpoints', {
+    schema: { params: ProjectParams, response: { 200: Type.Array(Endpoint), ...errors(400, 403) } }
+  }, async (request) => {
+    await usage.flush()
+    const [endpoints, names] = await Promise.all([storage.listEndpoints(request.params), resourceNames(request, request.params)])
+    return endpoints.map((e) => endpointBody(e, names.get(placeOf(e))))
+  })
+
+  app.get('/:organization/:project/resources', {
+    schema: { params: ProjectParams, response: { 200: ResourcesAnswer, ...errors(400, 403) } }
+  }, async (request) => ({ items: await resourcesOf(request.params) }))
+
+  app.put('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
+    schema: {
+      params: EndpointParams,
+      body: PutEndpointBody,
+      response: { 200: Endpoint, 201: Endpoint, ...errors(400, 403, 404) }
+    },
+    // No body at all means "no keyIds" (assign the project's only key).
+    preValidation: async (request) => { request.body ??= {} }
+  }, async (request, reply) => {
+    const locator = locatorOf(request.params)
+    const resourceName = await requireResource(locator)
+    const keyIds = await keyIdsToAssign(locator, request.body.keyIds)
+    const result = await storage.putEndpoint(locator, keyIds, await auditOf(request))
+    if (!result.ok) throw new BadRequestError(`keyIds: not keys of this project: ${result.unknownKeyIds.join(', ')}`)
+    return reply.code(result.created ? 201 : 200).send(endpointBody(result.endpoint, resourceName))
+  })
+
+  app.delete('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
+    schema: { params: EndpointParams, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
+  }, async (request, reply) => {
+    if (!await storage.deleteEndpoint(locatorOf(request.params), await auditOf(request))) throw new EndpointNotFoundError()
+    return reply.code(204).send(null)
+  })
+}

@@ -1,0 +1,350 @@
+import { Type, type Static } from 'typebox'
+import { IdempotencyInProgressError, TarSpoolFullError, TooManyFailuresError, VerificationBusyError } from '../errors.js'
+import { AUDIT_ACTIONS, USAGE_OUTCOMES } from '../storage/storage.js'
+
+// TypeBox schemas of the management API (DESIGN.md §4). The same schemas
+// validate requests, serialise responses and feed the OpenAPI document.
+
+export const ErrorBody = Type.Object({ message: Type.String() })
+
+const MONIKER_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._~-]{0,99}$'
+const Moniker = Type.String({ pattern: MONIKER_PATTERN, description: 'moniker' })
+/**
+ * The source of a pattern matching exactly the decimal integers 1 to `max`
+ * written plainly: every shorter number, then for each digit of `max` the
+ * numbers that share its leading digits and are smaller at that one.
+ */
+function plainIntegersUpTo (max: string): string {
+  const alternatives = [`[1-9][0-9]{0,${max.length - 2}}`]
+  for (let i = 0; i < max.length; i++) {
+    const low = i === 0 ? 1 : 0
+    const digit = Number(max[i])
+    if (digit > low) alternatives.push(`${max.slice(0, i)}[${low}-${digit - 1}][0-9]{${max.length - 1 - i}}`)
+  }
+  return `^(?:${[...alternatives, max].join('|')})$`
+}
+
+// Sequences in paths: positive integers written plainly (no sign, exponent or
+// leading zero) up to 2^53 - 1, past which a number is no longer exact: the
+// same rule as the data routes.
+const SEQUENCE_PATTERN = plainIntegersUpTo(String(Number.MAX_SAFE_INTEGER))
+const Sequence = Type.String({ pattern: SEQUENCE_PATTERN, description: 'positive integer' })
+// A purpose: a non-space character somewhere, no control character (C0, DEL)
+// anywhere, at most 200 code points (as the page counts). The lookahead keeps
+// the match linear: when errors are listed, the pattern runs on a string of
+// any length the body limit allows, past maxLength too.
+const PURPOSE_PATTERN = '^(?=\\s*\\S)[^\\u0000-\\u001f\\u007f]*$'
+const Purpose = Type.String({ minLength: 1, maxLength: 200, pattern: PURPOSE_PATTERN })
+
+// An audit entry's id: a positive integer, as storage numbers them.
+const AUDIT_ID_PATTERN = '^[1-9][0-9]{0,17}$'
+
+/**
+ * What a value failing each pattern must be. 400 messages say this instead
+ * of quoting the regular expression (error-reply.ts).
+ */
+export const PATTERN_MESSAGES: ReadonlyMap<string, string> = new Map([
+  [MONIKER_PATTERN, 'must be 1 to 100 letters, digits or ._~-, starting with a letter or digit'],
+  [SEQUENCE_PATTERN, `must be a positive integer (1 to ${Number.MAX_SAFE_INTEGER}, no sign, exponent or leading zero)`],
+  [PURPOSE_PATTERN, 'must have a non-space character and no control characters'],
+  [AUDIT_ID_PATTERN, 'must be the `next` of an earlier page']
+])
+
+export const ProjectParams = Type.Object({
+  organization: Moniker,
+  project: Moniker
+})
+
+export const KeyParams = Type.Object({
+  organization: Moniker,
+  project: Moniker,
+  keyId: Type.String({ minLength: 1, maxLength: 100 })
+})
+
+export const EndpointParams = Type.Object({
+  organization: Moniker,
+  project: Moniker,
+  modelSequence: Sequence,
+  type: Type.Union([Type.Literal('dataset'), Type.Literal('pipeline')]),
+  resourceSequence: Sequence
+})
+
+// When a key stops working: an ISO 8601 date-time with its offset, in the
+// future (checked by the route), or null for never.
+const ExpiresAt = Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+  description: 'ISO 8601 date-time with an offset (e.g. `2027-01-01T00:00:00Z`), in the future; null: never'
+})
+
+export const CreateKeyBody = Type.Object({
+  purpose: Purpose,
+  isActive: Type.Optional(Type.Boolean()),
+  expiresAt: Type.Optional(ExpiresAt)
+}, { additionalProperties: false })
+
+export const UpdateKeyBody = Type.Object({
+  purpose: Type.Optional(Purpose),
+  isActive: Type.Optional(Type.Boolean()),
+  expiresAt: Type.Optional(ExpiresAt)
+}, { additionalProperties: false })
+
+export const PutEndpointBody = Type.Object({
+  keyIds: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 1000 }))
+}, { additionalProperties: false })
+
+export const ApiKey = Type.Object({
+  id: Type.String(),
+  prefix: Type.String(),
+  purpose: Type.String(),
+  isActive: Type.Boolean(),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: 'from this time on the key is inactive; null: never'
+  })
+})
+
+export const ApiKeyWithValue = Type.Object({
+  ...ApiKey.properties,
+  key: Type.String({ description: 'the whole key; shown this once only' })
+})
+
+export const Endpoint = Type.Object({
+  id: Type.String(),
+  path: Type.String(),
+  method: Type.Union([Type.Literal('GET'), Type.Literal('POST')]),
+  type: Type.Union([Type.Literal('dataset'), Type.Literal('pipeline')]),
+  organization: Type.String(),
+  project: Type.String(),
+  modelSequence: Type.Integer(),
+  resourceSequence: Type.Integer(),
+  resourceName: Type.Optional(Type.String({ description: 'the dataset\'s or pipeline\'s name, when the host can tell it' })),
+  calls: Type.Integer(),
+  keys: Type.Array(Type.Object({
+    id: Type.String(),
+    prefix: Type.String(),
+    purpose: Type.String(),
+    isActive: Type.Boolean()
+  })),
+  createdAt: Type.String({ format: 'date-time' })
+})
+
+export const UsageQuerystring = Type.Object({
+  granularity: Type.Optional(Type.Enum(['hour', 'day'], { description: 'bucket size: UTC hours or UTC days; default hour' })),
+  from: Type.Optional(Type.String({
+    format: 'date-time',
+    description: 'the buckets from the one holding this time; default: `to` less 24 hours (hour) or 30 days (day)'
+  })),
+  to: Type.Optional(Type.String({ format: 'date-time', description: 'up to the buckets that start before this time; default now' })),
+  keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this key\'s requests' })),
+  endpointId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this endpoint\'s requests' }))
+}, { additionalProperties: false })
+
+export const UsageOutcomeSchema = Type.Enum(USAGE_OUTCOMES, {
+  description: '`ok`; `unknown_key`: a wrong secret on a prefix assigned to the endpoint (a guess at that key); ' +
+    '`disabled`; `expired`; with no key: `no_key` (none sent), `unknown_prefix` (malformed, or no key of this endpoint)'
+})
+
+export const UsageAnswer = Type.Object({
+  granularity: Type.Union([Type.Literal('hour'), Type.Literal('day')]),
+  rows: Type.Array(Type.Object({
+    start: Type.String({ format: 'date-time', description: 'the UTC hour or day the bucket starts at' }),
+    endpointId: Type.String(),
+    keyId: Type.Union([Type.String(), Type.Null()]),
+    outcome: UsageOutcomeSchema,
+    count: Type.Integer({ minimum: 1 })
+  }))
+})
+
+export const AuditQuerystring = Type.Object({
+  before: Type.Optional(Type.String({ pattern: AUDIT_ID_PATTERN, description: 'entries older than this one: the `next` of the page before' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, description: 'entries per page, 1 to 500; default 50' }))
+}, { additionalProperties: false })
+
+export const AuditAnswer = Type.Object({
+  items: Type.Array(Type.Object({
+    id: Type.String(),
+    at: Type.String({ format: 'date-time' }),
+    actor: Type.Union([Type.String(), Type.Null()], { description: 'what the host\'s getActor answered; null without one' }),
+    action: Type.Enum(AUDIT_ACTIONS),
+    keyId: Type.Union([Type.String(), Type.Null()]),
+    endpointId: Type.Union([Type.String(), Type.Null()]),
+    target: Type.String({ description: 'the key\'s prefix or the endpoint\'s path, as it read then' }),
+    changes: Type.Record(Type.String(), Type.Object({ from: Type.Unknown(), to: Type.Unknown() }), {
+      description: 'each changed field, old and new: purpose, isActive, expiresAt, prefix of a key; keyIds of an endpoint. Never a key value or hash'
+    })
+  })),
+  next: Type.Union([Type.String(), Type.Null()], { description: 'the `before` of the next page; null on the last' })
+}, { description: 'newest first' })
+
+const ResourceItemSchema = Type.Object({
+  type: Type.Union([Type.Literal('dataset'), Type.Literal('pipeline')]),
+  modelSequence: Type.Integer(),
+  resourceSequence: Type.Integer(),
+  name: Type.String()
+})
+
+export const ResourcesAnswer = Type.Object({
+  items: Type.Array(ResourceItemSchema, { description: 'by model, type, then resource sequence; empty when the host does not list them' })
+})
+
+export type ResourceItem = Static<typeof ResourceItemSchema>
+export type ApiKeyBody = Static<typeof ApiKey>
+export type EndpointBody = Static<typeof Endpoint>
+
+// Schemas of the data and job routes. They only document those routes (the
+// OpenAPI document): the key hook checks requests in the order of DESIGN.md
+// §2, so these routes never validate or serialise with them (see
+// `documentationOnly` in openapi.ts).
+
+const errorBody = (description: string): typeof ErrorBody =>
+  Type.Object({ message: Type.String() }, { description })
+
+/** A catalogue error's exact message, quoted for a description. */
+const quoted = (error: new () => Error): string => `\`${new error().message}\``
+
+export const DataRouteParams = Type.Object({
+  organization: Type.String({ description: 'moniker of the organization' }),
+  project: Type.String({ description: 'moniker of the project' }),
+  modelSequence: Type.String({ pattern: SEQUENCE_PATTERN, description: 'sequence number of the model (positive integer)' }),
+  resourceSequence: Type.String({ pattern: SEQUENCE_PATTERN, description: 'sequence number of the dataset or pipeline (positive integer)' })
+})
+
+export const DatasetQuery = Type.Object({
+  format: Type.Optional(Type.Enum(['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'], {
+    type: 'string', default: 'sql', description: 'download format; another value answers 500 Unknown download format'
+  })),
+  entity: Type.Optional(Type.String({ description: 'only this entity (table); default all entities' })),
+  meta: Type.Optional(Type.Enum(['entities', 'ddl'], {
+    type: 'string',
+    description: '`entities`: a JSON array of the entity names; `ddl`: the schema DDL (Oracle for format=oracle-loader)'
+  })),
+  archiveType: Type.Optional(Type.Enum(['zip', 'tar'], {
+    type: 'string',
+    default: 'zip', description: 'archive of csv-zip, json-zip and oracle-loader'
+  })),
+  limit: Type.Optional(Type.Integer({ minimum: 0, description: 'at most this many records per entity' }))
+})
+
+export const PipelineHeaders = Type.Object({
+  'idempotency-key': Type.Optional(Type.String({
+    minLength: 1,
+    maxLength: 255,
+    description: 'the same value on the same endpoint within 24 hours returns the first call\'s body (header Idempotent-Replayed: true) and starts nothing'
+  }))
+})
+
+const AllowHeader = { allow: Type.String({ description: 'the one method the endpoint accepts' }) }
+const RetryAfterHeader = { 'retry-after': Type.String({ description: 'seconds to wait' }) }
+
+const Refused = Type.Object({ message: Type.String() }, {
+  description: '`Not authorized` (no key), `Unknown API Endpoint`, `Unknown API key`, `Disabled API key`, or `HTTPS required` (plain HTTP from a non-loopback address)'
+})
+const WrongMethod = Type.Object({ message: Type.String() }, {
+  description: '`Endpoint or method not allowed`: GET on a pipeline, POST on a dataset, or another method',
+  headers: AllowHeader
+})
+const TooMany = Type.Object({ message: Type.String() }, {
+  description: `${quoted(TooManyFailuresError)} (too many failed authentications from this address) or ` +
+    `${quoted(VerificationBusyError)} (too many key verifications waiting)`,
+  headers: RetryAfterHeader
+})
+
+export const DatasetHeaders = Type.Object({
+  'if-none-match': Type.Optional(Type.String({
+    description: 'the `ETag` of a download kept before: 304 with no body while the dataset\'s revision and the query are the same'
+  })),
+  'accept-encoding': Type.Optional(Type.String({
+    description: '`br` or `gzip` compresses sql, json, `meta=ddl` and tar answers (zip archives are compressed already)'
+  }))
+})
+
+const EtagHeaders = {
+  etag: Type.String({ description: 'weak; only for a dataset whose host gives a revision. Derived from the revision, the endpoint and the query parameters that shape the body' }),
+  'cache-control': Type.String({ description: '`private, no-cache` with an ETag (keep it, revalidate each time); `no-store` without' })
+}
+
+export const DatasetResponses = {
+  200: {
+    description: 'the dataset in the chosen format (an attachment); `meta=entities` answers a JSON array, `meta=ddl` plain text',
+    headers: {
+      'content-disposition': Type.String({ description: 'attachment with a file name from the dataset' }),
+      ...EtagHeaders,
+      'content-encoding': Type.String({ description: '`br` or `gzip` when Accept-Encoding asked for it and the body is text or tar, over 1 KiB' }),
+      vary: Type.String({ description: '`accept-encoding`' })
+    },
+    content: {
+      'application/sql': { schema: Type.String({ description: 'format=sql: a script that creates the tables and inserts the rows in one transaction' }) },
+      'application/json': { schema: Type.Unknown({ description: 'format=json: one object keyed by entity name, each an array of row objects; meta=entities: an array of names' }) },
+      'application/zip': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=zip' }) },
+      'application/x-tar': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=tar' }) },
+      'text/plain': { schema: Type.String({ description: 'meta=ddl' }) }
+    }
+  },
+  304: {
+    description: 'Not Modified, no body: `If-None-Match` named the current ETag. A counted, successful call, as a 200 is',
+    headers: EtagHeaders
+  },
+  // parseDownloadQuery's messages (dataset-download.ts), written there inline;
+  // openapi.test.ts checks each against a real answer.
+  400: errorBody('`Invalid archiveType: must be one of zip, tar`, `Invalid meta: must be one of entities, ddl`, ' +
+    '`Invalid limit: must be a non-negative integer` or `Invalid entity: the dataset has no entity of that name`'),
+  403: Refused,
+  404: errorBody('`Not found` (a sequence that is not a positive integer) or `Dataset not found`'),
+  405: WrongMethod,
+  429: TooMany,
+  500: errorBody('`Unknown download format <value>, supported formats = json|sql|csv-zip|json-zip|oracle-loader`, or the server\'s message'),
+  503: Type.Object({ message: Type.String() }, {
+    description: `${quoted(TarSpoolFullError)}: archiveType=tar holds each entry on disk until its size is known, ` +
+      'and the disk budget for that (option `tarSpool.maxBytes`) is taken by other downloads or is smaller than the entry',
+    headers: RetryAfterHeader
+  })
+}
+
+export const JobReference = Type.Object({
+  job_id: Type.String({ format: 'uuid' }),
+  job_url: Type.String({ description: '<base_url>/api/job/<job_id>' })
+}, {
+  description: 'the job reference of the run this call started, or with `Idempotent-Replayed: true` the first call\'s, replayed',
+  headers: {
+    'idempotent-replayed': Type.Enum(['true'], {
+      type: 'string',
+      description: '`true` when the body replays the first call with this `Idempotency-Key` (nothing started); absent otherwise'
+    })
+  }
+})
+
+export const PipelineResponses = {
+  200: JobReference,
+  // runPipeline's message (data-routes.ts), written there inline; checked as above.
+  400: errorBody('`Idempotency-Key must be 1 to 255 visible ASCII characters`'),
+  403: Refused,
+  404: errorBody('`Not found` (a sequence that is not a positive integer) or `Pipeline not found`'),
+  405: WrongMethod,
+  409: errorBody(`${quoted(IdempotencyInProgressError)}: another call with this key had not stored its answer after this one ` +
+    'waited 10 s for it: it is still starting its run, or was cut off after claiming the key (held until `idempotencyTtl`)'),
+  429: TooMany,
+  500: errorBody('the server\'s message; check the job status before retrying')
+}
+
+export const JobParams = Type.Object({
+  jobId: Type.String({ description: 'the job_id a pipeline call returned (a UUID)' })
+})
+
+export const JobStatus = Type.Object({
+  job_id: Type.String({ format: 'uuid' }),
+  type: Type.Enum(['pipeline', 'dump'], { type: 'string' }),
+  status: Type.Enum(['queued', 'running', 'succeeded', 'failed'], { type: 'string' }),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+  error: Type.Optional(Type.String({ description: 'why a failed job failed' }))
+}, { description: 'the job\'s status' })
+
+export const JobResponses = {
+  200: JobStatus,
+  404: Type.Object({
+    message: Type.String(),
+    id: Type.Optional(Type.String({ description: 'with `Invalid job id`: the id given' })),
+    job: Type.Optional(Type.String({ description: 'with `Job is not available or has been deleted`: the job id' }))
+  }, { description: '`Invalid job id` (with `id`), `Job is not available or has been deleted` (with `job`), or `Dataset is not available or has been deleted` (a dump job whose dataset is gone)' }),
+  500: errorBody('the server\'s message')
+}

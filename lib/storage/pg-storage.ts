@@ -1,0 +1,754 @@
+import { createHash, randomUUID } from 'node:crypto'
+import { createRequire } from 'node:module'
+import type pg from 'pg'
+import {
+  PrefixTakenError,
+  type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
+  type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
+  type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope
+} from './storage.js'
+import { keyChanges, keyIdChanges } from './audit-changes.js'
+import { endpointPath } from '../routes/endpoint-path.js'
+import { dailyCounts } from './usage-buckets.js'
+import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
+
+// pg is loaded when the first PgStorage is made, not with the plugin: a host
+// on SQLite alone does not carry the driver (some 8 MB of memory).
+const requireModule = createRequire(import.meta.url)
+let pgModule: typeof pg | null = null
+function loadPg (): typeof pg {
+  return (pgModule ??= requireModule('pg') as typeof pg)
+}
+
+export interface PgStorageOptions {
+  /**
+   * A pool to use. It stays the caller's: `close()` does not end it, and its
+   * own settings (statement_timeout, connectionTimeoutMillis) apply.
+   * Without it PgStorage makes a pool from the options below and ends it in `close()`.
+   */
+  pool?: pg.Pool
+  /** where PostgreSQL is, e.g. postgres://user:password@host:5432/database; default: the PG* environment */
+  connectionString?: string
+  /** connections in the pool PgStorage makes; default 10 */
+  poolSize?: number
+  /**
+   * schema that holds the tables (and their schema_migrations), created if
+   * missing; default 'data_endpoints', apart from the host's own tables
+   */
+  schema?: string
+  /** milliseconds a statement may take, on the server and waiting for its answer; default 5000 */
+  queryTimeout?: number
+  /** milliseconds to open a connection or wait for a free one; default 5000 */
+  connectionTimeout?: number
+}
+
+export const PG_STORAGE_DEFAULTS = {
+  poolSize: 10,
+  schema: 'data_endpoints',
+  queryTimeout: 5000,
+  connectionTimeout: 5000
+} as const
+
+// Versioned migrations, applied in order inside one transaction that holds an
+// advisory lock, so two instances starting at once apply each exactly once.
+// Each is recorded in schema_migrations. Never edit a shipped one.
+// Ids are text, not uuid: a malformed id from a URL is simply not found.
+export const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE api_keys (
+     id text PRIMARY KEY,
+     organization text NOT NULL,
+     project text NOT NULL,
+     prefix text NOT NULL UNIQUE,
+     hash text NOT NULL,
+     purpose text NOT NULL,
+     is_active boolean NOT NULL,
+     created_at timestamptz NOT NULL,
+     updated_at timestamptz
+   );
+   CREATE INDEX api_keys_project ON api_keys (organization, project);
+   CREATE TABLE endpoints (
+     id text PRIMARY KEY,
+     organization text NOT NULL,
+     project text NOT NULL,
+     model_sequence bigint NOT NULL,
+     type text NOT NULL CHECK (type IN ('dataset', 'pipeline')),
+     resource_sequence bigint NOT NULL,
+     calls bigint NOT NULL DEFAULT 0,
+     created_at timestamptz NOT NULL,
+     UNIQUE (organization, project, model_sequence, type, resource_sequence)
+   );
+   CREATE TABLE endpoint_keys (
+     endpoint_id text NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     key_id text NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
+     PRIMARY KEY (endpoint_id, key_id)
+   );
+   CREATE INDEX endpoint_keys_key ON endpoint_keys (key_id);
+   CREATE TABLE idempotency_keys (
+     endpoint_id text NOT NULL,
+     idempotency_key text NOT NULL,
+     response text,
+     created_at timestamptz NOT NULL,
+     PRIMARY KEY (endpoint_id, idempotency_key)
+   );
+   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
+  // The random token of the call that claimed the key: only it may release
+  // the claim. Records claimed before this migration have none.
+  'ALTER TABLE idempotency_keys ADD COLUMN claim_token text',
+  // Key expiry, and the usage history (DESIGN.md §4.1): requests by hour and
+  // by UTC day, per endpoint, key ('' for none, so that the primary key
+  // holds) and outcome. An endpoint's history goes with it; a deleted key's stays.
+  `ALTER TABLE api_keys ADD COLUMN expires_at timestamptz;
+   CREATE TABLE usage_hourly (
+     endpoint_id text NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     start timestamptz NOT NULL,
+     key_id text NOT NULL,
+     outcome text NOT NULL,
+     count bigint NOT NULL,
+     PRIMARY KEY (endpoint_id, start, key_id, outcome)
+   );
+   CREATE INDEX usage_hourly_start ON usage_hourly (start);
+   CREATE TABLE usage_daily (
+     endpoint_id text NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     start timestamptz NOT NULL,
+     key_id text NOT NULL,
+     outcome text NOT NULL,
+     count bigint NOT NULL,
+     PRIMARY KEY (endpoint_id, start, key_id, outcome)
+   );
+   CREATE INDEX usage_daily_start ON usage_daily (start);`,
+  // The audit log of management changes (DESIGN.md §4.1), and Idempotency-Key
+  // records per API key. Records from before hold for their whole endpoint
+  // (key_id '') until they expire, so a retry across the upgrade is still answered.
+  `CREATE TABLE audit_log (
+     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+     organization text NOT NULL,
+     project text NOT NULL,
+     at timestamptz NOT NULL,
+     actor text,
+     action text NOT NULL,
+     key_id text,
+     endpoint_id text,
+     target text NOT NULL,
+     changes jsonb NOT NULL
+   );
+   CREATE INDEX audit_log_project ON audit_log (organization, project, id);
+   CREATE INDEX audit_log_at ON audit_log (at);
+   ALTER TABLE idempotency_keys ADD COLUMN key_id text NOT NULL DEFAULT '';
+   ALTER TABLE idempotency_keys ALTER COLUMN key_id DROP DEFAULT;
+   ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey;
+   ALTER TABLE idempotency_keys ADD PRIMARY KEY (endpoint_id, key_id, idempotency_key);`
+]
+
+// First key of the two-key advisory lock taken while migrating; the second is the schema's hash.
+const MIGRATION_LOCK = 0x46444521
+// Expired idempotency records are deleted at most this often per instance.
+const PURGE_INTERVAL_MS = 60_000
+// The names that mean the same schema quoted (as here) and unquoted (as a DBA
+// types them; PostgreSQL folds those to lower case). pg_ is reserved by PostgreSQL.
+const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/
+
+interface KeyRow {
+  id: string
+  organization: string
+  project: string
+  prefix: string
+  purpose: string
+  is_active: boolean
+  created_at: Date
+  updated_at: Date | null
+  expires_at: Date | null
+}
+
+interface EndpointRow {
+  id: string
+  organization: string
+  project: string
+  model_sequence: string
+  type: ResourceType
+  resource_sequence: string
+  calls: string
+  created_at: Date
+  keys: EndpointKeySummary[]
+}
+
+function toKey (row: KeyRow): ApiKeyRecord {
+  return {
+    id: row.id,
+    organization: row.organization,
+    project: row.project,
+    prefix: row.prefix,
+    purpose: row.purpose,
+    isActive: row.is_active,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    expiresAt: row.expires_at
+  }
+}
+
+/** A batch's counts as the columns of one unnest(): the rows of one upsert, in a stable order. */
+function countColumns (counts: UsageCount[]): unknown[] {
+  const sorted = [...counts].sort((a, b) => a.hour - b.hour || (a.endpointId < b.endpointId ? -1 : a.endpointId > b.endpointId ? 1 : 0))
+  return [
+    sorted.map((c) => c.endpointId),
+    sorted.map((c) => new Date(c.hour).toISOString()),
+    sorted.map((c) => c.keyId ?? ''),
+    sorted.map((c) => c.outcome),
+    sorted.map((c) => c.count)
+  ]
+}
+
+// pg returns bigint (int8) as a string, so that no precision is lost; every
+// value here stays below 2^53.
+function toEndpoint (row: EndpointRow): EndpointRecord {
+  return {
+    id: row.id,
+    organization: row.organization,
+    project: row.project,
+    modelSequence: Number(row.model_sequence),
+    type: row.type,
+    resourceSequence: Number(row.resource_sequence),
+    calls: Number(row.calls),
+    keys: row.keys,
+    createdAt: row.created_at
+  }
+}
+
+function locatorParams (l: EndpointLocator): [string, string, number, string, number] {
+  return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
+}
+
+// PostgreSQL text cannot hold NUL (U+0000), and a query that sends one fails.
+// No stored id, moniker or prefix has one, so a lookup by such a value finds
+// nothing, as it would on SQLite; writes of such a value still fail.
+function hasNul (...values: string[]): boolean {
+  return values.some((v) => v.includes('\u0000'))
+}
+
+function isPrefixTaken (err: unknown): boolean {
+  const e = err as { code?: string, constraint?: string }
+  return e.code === '23505' && e.constraint === 'api_keys_prefix_key'
+}
+
+/**
+ * An error on the way to the server (refused, reset, timed out) becomes
+ * "PostgreSQL unavailable: <reason>", whose reason never names the host: the
+ * plugin shows it to API clients in the 500. An answer from the server (a
+ * constraint, a cancelled statement) is passed on as it is.
+ */
+function unavailable (err: unknown): unknown {
+  if (err instanceof loadPg().DatabaseError || !(err instanceof Error)) return err
+  const { code, syscall } = err as NodeJS.ErrnoException
+  const reason = typeof syscall === 'string' && typeof code === 'string' ? code : err.message
+  return new Error(`PostgreSQL unavailable: ${reason}`, { cause: err })
+}
+
+function positiveInteger (name: string, value: number): number {
+  if (!Number.isInteger(value) || value < 1) throw new TypeError(`PgStorage: option "${name}" must be a positive integer`)
+  return value
+}
+
+type Queryable = pg.Pool | pg.PoolClient
+/** A transaction's id and its server process. */
+interface Session { xid: string, pid: number }
+// pg reads a per-query `query_timeout` that its typings do not declare.
+type TimedQuery = pg.QueryConfig & { query_timeout: number }
+
+/**
+ * The store for several instances: PostgreSQL through a `pg` pool. Every
+ * query has a bounded time, so a down or slow database yields an error rather
+ * than a hang, and the pool replaces broken connections by itself.
+ */
+export class PgStorage implements Storage {
+  readonly pool: pg.Pool
+  readonly schema: string
+  private readonly ownPool: boolean
+  private readonly queryTimeout: number
+  private readonly sql
+  private readonly lookupName: string
+  private migrated: Promise<void> | null = null
+  private lastPurge = 0
+  private closed = false
+
+  constructor (options: PgStorageOptions = {}) {
+    const d = PG_STORAGE_DEFAULTS
+    this.schema = options.schema ?? d.schema
+    if (!SCHEMA_NAME.test(this.schema)) throw new TypeError('PgStorage: option "schema" must be 1 to 63 lower-case letters, digits or _, not starting with a digit or pg_')
+    this.queryTimeout = positiveInteger('queryTimeout', options.queryTimeout ?? d.queryTimeout)
+    if (options.pool !== undefined) {
+      this.pool = options.pool
+      this.ownPool = false
+    } else {
+      this.pool = new (loadPg().Pool)({
+        connectionString: options.connectionString,
+        max: positiveInteger('poolSize', options.poolSize ?? d.poolSize),
+        connectionTimeoutMillis: positiveInteger('connectionTimeout', options.connectionTimeout ?? d.connectionTimeout),
+        // The server gives up too, so that a statement nobody waits for any
+        // more, or a transaction whose client vanished, does not hold locks.
+        statement_timeout: this.queryTimeout,
+        idle_in_transaction_session_timeout: this.queryTimeout * 2,
+        application_name: 'fastify-data-endpoints'
+      })
+      this.ownPool = true
+    }
+    // A connection that breaks while idle is dropped by the pool, which opens
+    // a new one for the next query; without a listener the error would crash
+    // the process.
+    this.pool.on('error', () => {})
+
+    const t = (table: string): string => `"${this.schema}".${table}`
+    const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at'
+    // A count for an endpoint deleted since the request is dropped, as its calls are.
+    const addUsage = (table: string): string =>
+      `INSERT INTO ${t(table)} AS u (endpoint_id, start, key_id, outcome, count)
+       SELECT v.endpoint_id, v.start, v.key_id, v.outcome, v.count
+         FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[]) AS v (endpoint_id, start, key_id, outcome, count)
+         JOIN ${t('endpoints')} e ON e.id = v.endpoint_id
+        WHERE v.count > 0
+       ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = u.count + EXCLUDED.count`
+    const usageSelect = (table: string): string =>
+      `SELECT u.start, u.endpoint_id, u.key_id, u.outcome, u.count
+         FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
+        WHERE e.organization = $1 AND e.project = $2 AND ($3::text IS NULL OR e.id = $3)
+          AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)
+        ORDER BY u.start, u.endpoint_id COLLATE "C", u.key_id COLLATE "C", u.outcome COLLATE "C"
+        LIMIT $7`
+    const locatorMatch = 'e.organization = $1 AND e.project = $2 AND e.model_sequence = $3 AND e.type = $4 AND e.resource_sequence = $5'
+    const endpointSelect = `SELECT e.id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence, e.calls, e.created_at,
+        COALESCE((SELECT json_agg(json_build_object('id', k.id, 'prefix', k.prefix, 'purpose', k.purpose, 'isActive', k.is_active)
+                                  ORDER BY k.created_at, k.id)
+                    FROM ${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id
+                   WHERE ek.endpoint_id = e.id), '[]') AS keys
+       FROM ${t('endpoints')} e`
+    this.sql = {
+      lookup: `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at
+                 FROM ${t('endpoints')} e
+                 LEFT JOIN ${t('endpoint_keys')} ek ON ek.endpoint_id = e.id
+                       AND ek.key_id = (SELECT id FROM ${t('api_keys')} WHERE prefix = $6)
+                 LEFT JOIN ${t('api_keys')} k ON k.id = ek.key_id
+                WHERE ${locatorMatch}`,
+      // Rows are locked in id order, so that two instances flushing at once cannot deadlock.
+      lockEndpoints: `SELECT 1 FROM ${t('endpoints')} WHERE id = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
+      addCalls: `UPDATE ${t('endpoints')} e SET calls = e.calls + u.n
+                   FROM unnest($1::text[], $2::bigint[]) AS u (id, n) WHERE e.id = u.id`,
+      lockKeys: `SELECT 1 FROM ${t('api_keys')} WHERE id = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
+      touchKeys: `UPDATE ${t('api_keys')} k SET updated_at = GREATEST(k.updated_at, u.at)
+                    FROM unnest($1::text[], $2::timestamptz[]) AS u (id, at) WHERE k.id = u.id`,
+      addHourly: addUsage('usage_hourly'),
+      addDaily: addUsage('usage_daily'),
+      usageByHour: usageSelect('usage_hourly'),
+      usageByDay: usageSelect('usage_daily'),
+      pruneUsage: `WITH h AS (DELETE FROM ${t('usage_hourly')} WHERE start < $1 RETURNING 1),
+                        d AS (DELETE FROM ${t('usage_daily')} WHERE start < $1 RETURNING 1)
+                   SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM d) AS n`,
+      listKeys: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 ORDER BY created_at, id`,
+      getKey: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3`,
+      insertKey: `INSERT INTO ${t('api_keys')} (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at)
+                  VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8) RETURNING ${keyColumns}`,
+      // $6: whether the patch sets the expiry ($7, which may be null).
+      updateKey: `UPDATE ${t('api_keys')} SET purpose = COALESCE($4, purpose), is_active = COALESCE($5, is_active),
+                         expires_at = CASE WHEN $6 THEN $7::timestamptz ELSE expires_at END
+                   WHERE organization = $1 AND project = $2 AND id = $3 RETURNING ${keyColumns}`,
+      setSecret: `UPDATE ${t('api_keys')} SET prefix = $4, hash = $5
+                   WHERE organization = $1 AND project = $2 AND id = $3 RETURNING ${keyColumns}`,
+      lockKey: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3 FOR UPDATE`,
+      deleteKey: `DELETE FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3`,
+      insertAudit: `INSERT INTO ${t('audit_log')} (organization, project, at, actor, action, key_id, endpoint_id, target, changes)
+                    VALUES ($1, $2, now(), $3, $4, $5, $6, $7, $8::jsonb)`,
+      listAudit: `SELECT id::text AS id, at, actor, action, key_id, endpoint_id, target, changes FROM ${t('audit_log')}
+                   WHERE organization = $1 AND project = $2 AND ($3::bigint IS NULL OR id < $3::bigint) ORDER BY id DESC LIMIT $4`,
+      pruneAudit: `DELETE FROM ${t('audit_log')} WHERE at < $1`,
+      endpointKeyIds: `SELECT key_id FROM ${t('endpoint_keys')} WHERE endpoint_id = $1`,
+      listEndpoints: `${endpointSelect} WHERE e.organization = $1 AND e.project = $2
+                       ORDER BY e.model_sequence, e.type, e.resource_sequence`,
+      getEndpoint: `${endpointSelect} WHERE ${locatorMatch}`,
+      // KEY SHARE keeps the keys from being deleted until the assignment is
+      // written, without waiting for a usage flush that touches updated_at.
+      projectKeys: `SELECT id FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = ANY ($3::text[])
+                    FOR KEY SHARE`,
+      lockEndpoint: `SELECT e.id FROM ${t('endpoints')} e WHERE ${locatorMatch} FOR UPDATE`,
+      insertEndpoint: `INSERT INTO ${t('endpoints')} (id, organization, project, model_sequence, type, resource_sequence, created_at)
+                       VALUES ($6, $1, $2, $3, $4, $5, now()) ON CONFLICT DO NOTHING RETURNING id`,
+      clearAssignments: `DELETE FROM ${t('endpoint_keys')} WHERE endpoint_id = $1`,
+      assign: `INSERT INTO ${t('endpoint_keys')} (endpoint_id, key_id) SELECT $1, unnest($2::text[])`,
+      deleteEndpoint: `DELETE FROM ${t('endpoints')} e WHERE ${locatorMatch}`,
+      // A live record wins; an expired one (older than the ttl) is taken over.
+      claimIdempotency: `INSERT INTO ${t('idempotency_keys')} AS i (endpoint_id, key_id, idempotency_key, response, created_at, claim_token)
+                         VALUES ($1, $2, $3, NULL, now(), $5)
+                         ON CONFLICT (endpoint_id, key_id, idempotency_key) DO UPDATE
+                         SET response = NULL, created_at = now(), claim_token = EXCLUDED.claim_token
+                          WHERE i.created_at < now() - $4::float8 * interval '1 millisecond'
+                         RETURNING 1`,
+      // $2 '': a record from before records were per key, which holds for its whole endpoint.
+      getIdempotency: `SELECT response FROM ${t('idempotency_keys')}
+                        WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3
+                          AND created_at >= now() - $4::float8 * interval '1 millisecond'`,
+      purgeIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < now() - $1::float8 * interval '1 millisecond'`,
+      pruneIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < $1`,
+      completeIdempotency: `UPDATE ${t('idempotency_keys')} SET response = $4 WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3`,
+      releaseIdempotency: `DELETE FROM ${t('idempotency_keys')}
+                            WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3 AND claim_token = $4 AND response IS NULL`
+    }
+    // Named, so each connection parses and plans the per-request lookup once;
+    // the schema is in the name because the text differs per schema.
+    this.lookupName = 'fde_lookup_' + createHash('sha256').update(this.schema).digest('hex').slice(0, 16)
+  }
+
+  private query<R extends pg.QueryResultRow> (on: Queryable, text: string, values: unknown[] = [], name?: string): Promise<pg.QueryResult<R>> {
+    const config: TimedQuery = { text, values, name, query_timeout: this.queryTimeout }
+    return on.query<R>(config).catch((err: unknown) => { throw unavailable(err) })
+  }
+
+  /**
+   * Creates the schema and tables, or brings them up to date. Runs by itself
+   * before the first query; call it at start-up to fail early. A failed run is
+   * tried again by the next call.
+   */
+  async migrate (): Promise<void> {
+    if (this.closed) throw new Error('PgStorage is closed')
+    this.migrated ??= this.transaction(async (client) => {
+      await this.query(client, 'SELECT pg_advisory_xact_lock($1, hashtext($2))', [MIGRATION_LOCK, this.schema])
+      // Only when missing: a role that owns a schema made for it need not
+      // have CREATE on the database, which CREATE SCHEMA IF NOT EXISTS asks for.
+      const exists = await this.query(client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.schema])
+      if (exists.rowCount === 0) await this.query(client, `CREATE SCHEMA "${this.schema}"`)
+      await this.query(client, `SET LOCAL search_path TO "${this.schema}"`)
+      await this.query(client, `CREATE TABLE IF NOT EXISTS schema_migrations (
+        version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`)
+      const { rows } = await this.query<{ version: number }>(client, 'SELECT version FROM schema_migrations')
+      const applied = new Set(rows.map((r) => r.version))
+      for (const [index, sql] of MIGRATIONS.entries()) {
+        if (applied.has(index + 1)) continue
+        await this.query(client, sql)
+        await this.query(client, 'INSERT INTO schema_migrations (version) VALUES ($1)', [index + 1])
+      }
+    }).catch((err: unknown) => {
+      this.migrated = null
+      throw err
+    })
+    return this.migrated
+  }
+
+  private async run<R extends pg.QueryResultRow> (text: string, values: unknown[] = [], name?: string): Promise<pg.QueryResult<R>> {
+    await this.migrate()
+    return this.query<R>(this.pool, text, values, name)
+  }
+
+  /**
+   * Runs `work` in a transaction on one connection; a failure drops the
+   * connection, which rolls back. When COMMIT goes unanswered, `committed`
+   * (if given) finds out, from what `work` returned, whether it took effect anyway.
+   */
+  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, committed?: (result: T) => Promise<boolean>): Promise<T> {
+    const client = await this.pool.connect().catch((err: unknown) => { throw unavailable(err) })
+    // An error on the socket between two queries must not crash the process;
+    // the next query fails instead.
+    const ignore = (): void => {}
+    client.on('error', ignore)
+    let result: { value: T } | undefined
+    try {
+      await this.query(client, 'BEGIN')
+      result = { value: await work(client) }
+      await this.query(client, 'COMMIT')
+      client.removeListener('error', ignore)
+      client.release()
+      return result.value
+    } catch (err) {
+      client.removeListener('error', ignore)
+      client.release(err as Error)
+      if (result !== undefined && committed !== undefined && await committed(result.value)) return result.value
+      throw err
+    }
+  }
+
+  async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return null
+    // A prefix with NUL is no key's: the endpoint alone, as for an unknown prefix.
+    const keyPrefix = prefix !== null && hasNul(prefix) ? null : prefix
+    const { rows } = await this.run<{ endpoint_id: string, key_id: string | null, hash: string | null, is_active: boolean | null, expires_at: Date | null }>(
+      this.sql.lookup, [...locatorParams(locator), keyPrefix], this.lookupName)
+    if (rows.length === 0) return null
+    const row = rows[0]
+    return {
+      endpointId: row.endpoint_id,
+      key: row.key_id === null
+        ? null
+        : { id: row.key_id, hash: row.hash as string, isActive: row.is_active as boolean, expiresAt: row.expires_at?.getTime() ?? null }
+    }
+  }
+
+  async applyUsage (batch: UsageBatch): Promise<void> {
+    if (batch.calls.size === 0 && batch.lastUsed.size === 0 && batch.counts.size === 0) return
+    await this.migrate()
+    const calls = [...batch.calls].sort(([a], [b]) => (a < b ? -1 : 1))
+    const lastUsed = [...batch.lastUsed].sort(([a], [b]) => (a < b ? -1 : 1))
+    const hourly = [...batch.counts.values()]
+    // Every endpoint the batch writes to is locked first, in id order: two
+    // instances flushing at once then take their turns instead of deadlocking.
+    const endpointIds = [...new Set([...batch.calls.keys(), ...hourly.map((c) => c.endpointId)])].sort()
+    await this.transaction(async (client) => {
+      // Who this transaction is, to learn its fate should the COMMIT go unanswered.
+      const session = (await this.query<Session>(client, 'SELECT txid_current()::text AS xid, pg_backend_pid() AS pid')).rows[0]
+      if (endpointIds.length > 0) await this.query(client, this.sql.lockEndpoints, [endpointIds])
+      if (calls.length > 0) {
+        await this.query(client, this.sql.addCalls, [calls.map(([id]) => id), calls.map(([, n]) => n)])
+      }
+      if (hourly.length > 0) {
+        await this.query(client, this.sql.addHourly, countColumns(hourly))
+        await this.query(client, this.sql.addDaily, countColumns(dailyCounts(hourly)))
+      }
+      if (lastUsed.length > 0) {
+        const ids = lastUsed.map(([id]) => id)
+        await this.query(client, this.sql.lockKeys, [ids])
+        await this.query(client, this.sql.touchKeys, [ids, lastUsed.map(([, at]) => at)])
+      }
+      return session
+    }, async (session) => {
+      // COMMIT went unanswered. A retry would count the batch twice if it did
+      // commit, so it is retried only once the server says it did not.
+      const fate = await this.usageFate(session).catch(() => null)
+      if (fate === 'written' || fate === 'not written') return fate === 'written'
+      throw new UsageInDoubtError('PostgreSQL unavailable: the answer to COMMIT was lost; whether the usage counters were written is not known yet',
+        () => this.usageFate(session))
+    })
+  }
+
+  /**
+   * What became of a usage transaction whose COMMIT went unanswered, asked on
+   * another connection. Rejects while that cannot be told: the server is
+   * unreachable, or the transaction is still running.
+   */
+  private async usageFate (session: Session): Promise<UsageFate> {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const { rows } = await this.query<{ status: string | null }>(this.pool, 'SELECT txid_status($1::bigint) AS status', [session.xid])
+        .catch((err: unknown) => {
+          // "is in the future": this server never had the transaction (a
+          // failover to a replica behind the old primary), so its data lacks it.
+          if ((err as { code?: string }).code === '22023') return { rows: [{ status: 'aborted' }] }
+          throw err
+        })
+      const status = rows[0].status
+      // null: too old for the server to remember.
+      if (status !== 'in progress') return status === 'committed' ? 'written' : status === 'aborted' ? 'not written' : 'unknowable'
+      // Its session still holds it open, or is committing it: end that session,
+      // then look again. The xid must match too, should the pid have been reused.
+      await this.query(this.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                                    WHERE pid = $1 AND backend_xid::text = ($2::bigint % 4294967296)::text`,
+      [session.pid, session.xid])
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    throw new Error('PostgreSQL unavailable: a usage transaction is still in progress')
+  }
+
+  async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return []
+    const { rows } = await this.run<{ start: Date, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string }>(
+      query.granularity === 'day' ? this.sql.usageByDay : this.sql.usageByHour,
+      [project.organization, project.project, query.endpointId ?? null, query.from, query.to, query.keyId ?? null, query.limit])
+    return rows.map((r) => ({ start: r.start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count) }))
+  }
+
+  async pruneUsage (before: Date): Promise<number> {
+    const { rows } = await this.run<{ n: string }>(this.sql.pruneUsage, [before])
+    return Number(rows[0].n)
+  }
+
+  async listKeys (project: ProjectRef): Promise<ApiKeyRecord[]> {
+    if (hasNul(project.organization, project.project)) return []
+    return (await this.run<KeyRow>(this.sql.listKeys, [project.organization, project.project])).rows.map(toKey)
+  }
+
+  async getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null> {
+    if (hasNul(project.organization, project.project, keyId)) return null
+    const { rows } = await this.run<KeyRow>(this.sql.getKey, [project.organization, project.project, keyId])
+    return rows.length === 0 ? null : toKey(rows[0])
+  }
+
+  /** Writes an audit entry on `client`, inside the transaction of the change. */
+  private async audit (client: pg.PoolClient, project: ProjectRef, audit: AuditContext, action: AuditAction, target: string,
+    changes: Record<string, AuditChange>, ids: { keyId?: string, endpointId?: string }): Promise<void> {
+    await this.query(client, this.sql.insertAudit, [project.organization, project.project, audit.actor, action,
+      ids.keyId ?? null, ids.endpointId ?? null, target, JSON.stringify(changes)])
+  }
+
+  async createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord> {
+    await this.migrate()
+    try {
+      return await this.transaction(async (client) => {
+        const { rows } = await this.query<KeyRow>(client, this.sql.insertKey,
+          [randomUUID(), key.organization, key.project, key.prefix, key.hash, key.purpose, key.isActive, key.expiresAt])
+        const created = toKey(rows[0])
+        await this.audit(client, key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: created.id })
+        return created
+      })
+    } catch (err) {
+      if (isPrefixTaken(err)) throw new PrefixTakenError()
+      throw err
+    }
+  }
+
+  /**
+   * Runs `change` on the key, locked, in a transaction, and audits it when
+   * something changed; null when there is no such key.
+   */
+  private async changeKey (project: ProjectRef, keyId: string, audit: AuditContext, action: AuditAction,
+    change: (client: pg.PoolClient, before: ApiKeyRecord) => Promise<{ after: ApiKeyRecord | null, changes: Record<string, AuditChange> }>
+  ): Promise<{ before: ApiKeyRecord, after: ApiKeyRecord | null } | null> {
+    if (hasNul(project.organization, project.project, keyId)) return null
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const { rows } = await this.query<KeyRow>(client, this.sql.lockKey, [project.organization, project.project, keyId])
+      if (rows.length === 0) return null
+      const before = toKey(rows[0])
+      const { after, changes } = await change(client, before)
+      if (Object.keys(changes).length > 0) await this.audit(client, project, audit, action, (after ?? before).prefix, changes, { keyId })
+      return { before, after }
+    })
+  }
+
+  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null> {
+    const done = await this.changeKey(project, keyId, audit, 'key.updated', async (client, before) => {
+      const { rows } = await this.query<KeyRow>(client, this.sql.updateKey,
+        [project.organization, project.project, keyId, patch.purpose ?? null, patch.isActive ?? null,
+          patch.expiresAt !== undefined, patch.expiresAt ?? null])
+      const after = toKey(rows[0])
+      return { after, changes: keyChanges(before, after) }
+    })
+    return done?.after ?? null
+  }
+
+  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null> {
+    try {
+      const done = await this.changeKey(project, keyId, audit, 'key.regenerated', async (client, before) => {
+        const { rows } = await this.query<KeyRow>(client, this.sql.setSecret,
+          [project.organization, project.project, keyId, secret.prefix, secret.hash])
+        const after = toKey(rows[0])
+        return { after, changes: { prefix: { from: before.prefix, to: after.prefix } } }
+      })
+      return done?.after ?? null
+    } catch (err) {
+      if (isPrefixTaken(err)) throw new PrefixTakenError()
+      throw err
+    }
+  }
+
+  async deleteKey (project: ProjectRef, keyId: string, audit: AuditContext): Promise<boolean> {
+    const done = await this.changeKey(project, keyId, audit, 'key.deleted', async (client, before) => {
+      await this.query(client, this.sql.deleteKey, [project.organization, project.project, keyId])
+      return { after: null, changes: keyChanges(before, null) }
+    })
+    return done !== null
+  }
+
+  async listEndpoints (project: ProjectRef): Promise<EndpointRecord[]> {
+    if (hasNul(project.organization, project.project)) return []
+    return (await this.run<EndpointRow>(this.sql.listEndpoints, [project.organization, project.project])).rows.map(toEndpoint)
+  }
+
+  async getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return null
+    const { rows } = await this.run<EndpointRow>(this.sql.getEndpoint, locatorParams(locator))
+    return rows.length === 0 ? null : toEndpoint(rows[0])
+  }
+
+  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult> {
+    await this.migrate()
+    // An id with NUL is no key's: reported unknown below, never sent.
+    const wanted = [...new Set(keyIds)].filter((id) => !hasNul(id))
+    const where = locatorParams(locator)
+    return this.transaction(async (client): Promise<PutEndpointResult> => {
+      const { rows: known } = await this.query<{ id: string }>(client, this.sql.projectKeys,
+        [locator.organization, locator.project, wanted])
+      const knownIds = new Set(known.map((r) => r.id))
+      const unknownKeyIds = keyIds.filter((id) => !knownIds.has(id))
+      if (unknownKeyIds.length > 0) return { ok: false, unknownKeyIds }
+
+      // Lock the endpoint, or create it. If another instance creates it at
+      // the same moment, the insert does nothing and the second look locks theirs.
+      let endpointId = (await this.query<{ id: string }>(client, this.sql.lockEndpoint, where)).rows[0]?.id
+      let created = false
+      if (endpointId === undefined) {
+        endpointId = (await this.query<{ id: string }>(client, this.sql.insertEndpoint, [...where, randomUUID()])).rows[0]?.id
+        created = endpointId !== undefined
+        endpointId ??= (await this.query<{ id: string }>(client, this.sql.lockEndpoint, where)).rows[0]?.id
+      }
+      if (endpointId === undefined) throw new Error('endpoint deleted while its keys were being assigned')
+      let before: string[] = []
+      if (!created) {
+        before = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [endpointId])).rows.map((r) => r.key_id)
+        await this.query(client, this.sql.clearAssignments, [endpointId])
+      }
+      await this.query(client, this.sql.assign, [endpointId, wanted])
+      const changes = keyIdChanges(before, wanted)
+      if (created || Object.keys(changes).length > 0) {
+        await this.audit(client, locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
+      }
+      const { rows } = await this.query<EndpointRow>(client, this.sql.getEndpoint, where)
+      return { ok: true, created, endpoint: toEndpoint(rows[0]) }
+    })
+  }
+
+  async deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return false
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const endpointId = (await this.query<{ id: string }>(client, this.sql.lockEndpoint, locatorParams(locator))).rows[0]?.id
+      if (endpointId === undefined) return false
+      const before = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [endpointId])).rows.map((r) => r.key_id)
+      await this.query(client, this.sql.deleteEndpoint, locatorParams(locator))
+      await this.audit(client, locator, audit, 'endpoint.deleted', endpointPath(locator), keyIdChanges(before, []), { endpointId })
+      return true
+    })
+  }
+
+  async listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]> {
+    if (hasNul(project.organization, project.project)) return []
+    const { rows } = await this.run<{ id: string, at: Date, actor: string | null, action: AuditAction, key_id: string | null, endpoint_id: string | null, target: string, changes: Record<string, AuditChange> }>(
+      this.sql.listAudit, [project.organization, project.project, query.before ?? null, query.limit])
+    return rows.map((r) => ({ id: r.id, at: r.at, actor: r.actor, action: r.action, keyId: r.key_id, endpointId: r.endpoint_id, target: r.target, changes: r.changes }))
+  }
+
+  async pruneAudit (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneAudit, [before])).rowCount ?? 0
+  }
+
+  async claimIdempotencyKey (scope: IdempotencyScope, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim> {
+    await this.migrate()
+    if (Date.now() - this.lastPurge >= PURGE_INTERVAL_MS) {
+      this.lastPurge = Date.now()
+      await this.query(this.pool, this.sql.purgeIdempotency, [ttlMs])
+    }
+    const { endpointId, keyId } = scope
+    // No record for the whole endpoint is made any more, so a live one from
+    // before can only go away: it is answered as it stands.
+    const legacy = await this.query<{ response: string | null }>(this.pool, this.sql.getIdempotency, [endpointId, '', key, ttlMs])
+    if (legacy.rows.length === 1) return { claimed: false, response: legacy.rows[0].response }
+    // The insert decides alone, atomically, who owns the key. If the record
+    // it met is gone (released or expired) by the time it is read, try again.
+    for (;;) {
+      const claim = await this.query(this.pool, this.sql.claimIdempotency, [endpointId, keyId, key, ttlMs, token])
+      if (claim.rowCount === 1) return { claimed: true }
+      const { rows } = await this.query<{ response: string | null }>(this.pool, this.sql.getIdempotency, [endpointId, keyId, key, ttlMs])
+      if (rows.length === 1) return { claimed: false, response: rows[0].response }
+    }
+  }
+
+  async completeIdempotencyKey (scope: IdempotencyScope, key: string, response: string): Promise<void> {
+    await this.run(this.sql.completeIdempotency, [scope.endpointId, scope.keyId, key, response])
+  }
+
+  async releaseIdempotencyKey (scope: IdempotencyScope, key: string, token: string): Promise<boolean> {
+    return (await this.run(this.sql.releaseIdempotency, [scope.endpointId, scope.keyId, key, token])).rowCount === 1
+  }
+
+  async pruneIdempotencyKeys (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneIdempotency, [before])).rowCount ?? 0
+  }
+
+  /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */
+  async close (): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    if (this.ownPool) await this.pool.end()
+  }
+}

@@ -1,0 +1,554 @@
+import { randomUUID } from 'node:crypto'
+import Database from 'better-sqlite3'
+import {
+  PrefixTakenError,
+  type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
+  type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
+  type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope
+} from './storage.js'
+import { endpointPath } from '../routes/endpoint-path.js'
+import { keyChanges, keyIdChanges } from './audit-changes.js'
+import { dailyCounts } from './usage-buckets.js'
+
+export interface SqliteStorageOptions {
+  /** a file path, or ':memory:' for a private in-memory database */
+  filename: string
+  /** milliseconds to wait for a lock held by another process; default 5000 */
+  busyTimeout?: number
+}
+
+// Versioned migrations, applied in order at open; each runs once, in its own
+// transaction, and is recorded in schema_migrations. Never edit a shipped one.
+export const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     organization TEXT NOT NULL,
+     project TEXT NOT NULL,
+     prefix TEXT NOT NULL UNIQUE,
+     hash TEXT NOT NULL,
+     purpose TEXT NOT NULL,
+     is_active INTEGER NOT NULL,
+     created_at INTEGER NOT NULL,
+     updated_at INTEGER
+   );
+   CREATE INDEX api_keys_project ON api_keys (organization, project);
+   CREATE TABLE endpoints (
+     id TEXT PRIMARY KEY,
+     organization TEXT NOT NULL,
+     project TEXT NOT NULL,
+     model_sequence INTEGER NOT NULL,
+     type TEXT NOT NULL CHECK (type IN ('dataset', 'pipeline')),
+     resource_sequence INTEGER NOT NULL,
+     calls INTEGER NOT NULL DEFAULT 0,
+     created_at INTEGER NOT NULL,
+     UNIQUE (organization, project, model_sequence, type, resource_sequence)
+   );
+   CREATE TABLE endpoint_keys (
+     endpoint_id TEXT NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     key_id TEXT NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
+     PRIMARY KEY (endpoint_id, key_id)
+   );
+   CREATE INDEX endpoint_keys_key ON endpoint_keys (key_id);
+   CREATE TABLE idempotency_keys (
+     endpoint_id TEXT NOT NULL,
+     idempotency_key TEXT NOT NULL,
+     response TEXT,
+     created_at INTEGER NOT NULL,
+     PRIMARY KEY (endpoint_id, idempotency_key)
+   );
+   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
+  // The random token of the call that claimed the key: only it may release
+  // the claim. Records claimed before this migration have none.
+  'ALTER TABLE idempotency_keys ADD COLUMN claim_token TEXT',
+  // Key expiry, and the usage history (DESIGN.md §4.1): requests by hour and
+  // by UTC day, per endpoint, key ('' for none) and outcome. A day's rows are
+  // kept beside the hours' so that a year by day reads 365 rows per series,
+  // not 8,760. An endpoint's history goes with it; a deleted key's stays.
+  `ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
+   CREATE TABLE usage_hourly (
+     endpoint_id TEXT NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     start INTEGER NOT NULL,
+     key_id TEXT NOT NULL,
+     outcome TEXT NOT NULL,
+     count INTEGER NOT NULL,
+     PRIMARY KEY (endpoint_id, start, key_id, outcome)
+   ) WITHOUT ROWID;
+   CREATE INDEX usage_hourly_start ON usage_hourly (start);
+   CREATE TABLE usage_daily (
+     endpoint_id TEXT NOT NULL REFERENCES endpoints (id) ON DELETE CASCADE,
+     start INTEGER NOT NULL,
+     key_id TEXT NOT NULL,
+     outcome TEXT NOT NULL,
+     count INTEGER NOT NULL,
+     PRIMARY KEY (endpoint_id, start, key_id, outcome)
+   ) WITHOUT ROWID;
+   CREATE INDEX usage_daily_start ON usage_daily (start);`,
+  // The audit log of management changes (DESIGN.md §4.1), and Idempotency-Key
+  // records per API key: the table is made again with key_id in its primary
+  // key. Records from before hold for their whole endpoint (key_id '') until
+  // they expire, so a retry across the upgrade is still answered.
+  `CREATE TABLE audit_log (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     organization TEXT NOT NULL,
+     project TEXT NOT NULL,
+     at INTEGER NOT NULL,
+     actor TEXT,
+     action TEXT NOT NULL,
+     key_id TEXT,
+     endpoint_id TEXT,
+     target TEXT NOT NULL,
+     changes TEXT NOT NULL
+   );
+   CREATE INDEX audit_log_project ON audit_log (organization, project, id);
+   CREATE INDEX audit_log_at ON audit_log (at);
+   CREATE TABLE idempotency_records (
+     endpoint_id TEXT NOT NULL,
+     key_id TEXT NOT NULL,
+     idempotency_key TEXT NOT NULL,
+     response TEXT,
+     created_at INTEGER NOT NULL,
+     claim_token TEXT,
+     PRIMARY KEY (endpoint_id, key_id, idempotency_key)
+   );
+   INSERT INTO idempotency_records (endpoint_id, key_id, idempotency_key, response, created_at, claim_token)
+     SELECT endpoint_id, '', idempotency_key, response, created_at, claim_token FROM idempotency_keys;
+   DROP TABLE idempotency_keys;
+   ALTER TABLE idempotency_records RENAME TO idempotency_keys;
+   CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`
+]
+
+
+interface KeyRow {
+  id: string
+  organization: string
+  project: string
+  prefix: string
+  purpose: string
+  is_active: number
+  created_at: number
+  updated_at: number | null
+  expires_at: number | null
+}
+
+interface UsageRowData {
+  start: number
+  endpoint_id: string
+  key_id: string
+  outcome: UsageOutcome
+  count: number
+}
+
+interface AuditRow {
+  id: number
+  at: number
+  actor: string | null
+  action: AuditAction
+  key_id: string | null
+  endpoint_id: string | null
+  target: string
+  changes: string
+}
+
+interface EndpointRow {
+  id: string
+  organization: string
+  project: string
+  model_sequence: number
+  type: ResourceType
+  resource_sequence: number
+  calls: number
+  created_at: number
+}
+
+const KEY_COLUMNS = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at'
+const ENDPOINT_COLUMNS = 'id, organization, project, model_sequence, type, resource_sequence, calls, created_at'
+const LOCATOR_MATCH = 'organization = ? AND project = ? AND model_sequence = ? AND type = ? AND resource_sequence = ?'
+
+function toKey (row: KeyRow): ApiKeyRecord {
+  return {
+    id: row.id,
+    organization: row.organization,
+    project: row.project,
+    prefix: row.prefix,
+    purpose: row.purpose,
+    isActive: row.is_active === 1,
+    createdAt: new Date(row.created_at),
+    updatedAt: row.updated_at === null ? null : new Date(row.updated_at),
+    expiresAt: row.expires_at === null ? null : new Date(row.expires_at)
+  }
+}
+
+interface UsageSelect {
+  organization: string
+  project: string
+  from: number
+  to: number
+  key_id: string | null
+  endpoint_id: string | null
+  limit: number
+}
+
+/** The project's buckets in one of the two history tables. */
+function usageSelect (table: 'usage_hourly' | 'usage_daily'): string {
+  return `SELECT u.start, u.endpoint_id, u.key_id, u.outcome, u.count
+            FROM endpoints e JOIN ${table} u ON u.endpoint_id = e.id
+           WHERE e.organization = @organization AND e.project = @project
+             AND (@endpoint_id IS NULL OR e.id = @endpoint_id)
+             AND u.start >= @from AND u.start < @to
+             AND (@key_id IS NULL OR u.key_id = @key_id)
+           ORDER BY u.start, u.endpoint_id, u.key_id, u.outcome
+           LIMIT @limit`
+}
+
+function locatorParams (l: EndpointLocator): [string, string, number, string, number] {
+  return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
+}
+
+function isUniqueViolation (err: unknown): boolean {
+  return (err as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE'
+}
+
+/** The embedded store: one SQLite file (WAL mode) or an in-memory database. */
+export class SqliteStorage implements Storage {
+  readonly db: Database.Database
+  private readonly statements
+
+  constructor (options: SqliteStorageOptions) {
+    this.db = new Database(options.filename)
+    this.db.pragma(`busy_timeout = ${options.busyTimeout ?? 5000}`)
+    this.db.pragma('journal_mode = WAL')
+    this.db.pragma('synchronous = NORMAL')
+    this.db.pragma('foreign_keys = ON')
+    this.migrate()
+    const db = this.db
+    this.statements = {
+      // Runs on every data request: rows as arrays (raw), which better-sqlite3
+      // hands back faster than objects.
+      lookup: db.prepare<[string | null, string, string, number, string, number],
+        [endpointId: string, keyId: string | null, hash: string | null, isActive: number | null, expiresAt: number | null]
+      >(
+        `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at
+           FROM endpoints e
+           LEFT JOIN endpoint_keys ek ON ek.endpoint_id = e.id
+                 AND ek.key_id = (SELECT id FROM api_keys WHERE prefix = ?)
+           LEFT JOIN api_keys k ON k.id = ek.key_id
+          WHERE e.organization = ? AND e.project = ? AND e.model_sequence = ? AND e.type = ? AND e.resource_sequence = ?`).raw(),
+      addCalls: db.prepare<[number, string]>('UPDATE endpoints SET calls = calls + ? WHERE id = ?'),
+      touchKey: db.prepare<[number, string]>(
+        'UPDATE api_keys SET updated_at = MAX(COALESCE(updated_at, 0), ?) WHERE id = ?'),
+      // A count for an endpoint deleted since the request is dropped, as its calls are.
+      addHourly: db.prepare<UsageRowData>(
+        `INSERT INTO usage_hourly (endpoint_id, start, key_id, outcome, count)
+         SELECT @endpoint_id, @start, @key_id, @outcome, @count WHERE @count > 0 AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
+         ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count`),
+      addDaily: db.prepare<UsageRowData>(
+        `INSERT INTO usage_daily (endpoint_id, start, key_id, outcome, count)
+         SELECT @endpoint_id, @start, @key_id, @outcome, @count WHERE @count > 0 AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
+         ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count`),
+      usageByHour: db.prepare<UsageSelect, UsageRowData>(usageSelect('usage_hourly')),
+      usageByDay: db.prepare<UsageSelect, UsageRowData>(usageSelect('usage_daily')),
+      pruneHourly: db.prepare<[number]>('DELETE FROM usage_hourly WHERE start < ?'),
+      pruneDaily: db.prepare<[number]>('DELETE FROM usage_daily WHERE start < ?'),
+      listKeys: db.prepare<[string, string], KeyRow>(
+        `SELECT ${KEY_COLUMNS} FROM api_keys WHERE organization = ? AND project = ? ORDER BY created_at, id`),
+      getKey: db.prepare<[string, string, string], KeyRow>(
+        `SELECT ${KEY_COLUMNS} FROM api_keys WHERE organization = ? AND project = ? AND id = ?`),
+      insertKey: db.prepare<[string, string, string, string, string, string, number, number, number | null]>(
+        `INSERT INTO api_keys (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+      setPurpose: db.prepare<[string, string, string, string]>(
+        'UPDATE api_keys SET purpose = ? WHERE organization = ? AND project = ? AND id = ?'),
+      setActive: db.prepare<[number, string, string, string]>(
+        'UPDATE api_keys SET is_active = ? WHERE organization = ? AND project = ? AND id = ?'),
+      setExpiry: db.prepare<[number | null, string, string, string]>(
+        'UPDATE api_keys SET expires_at = ? WHERE organization = ? AND project = ? AND id = ?'),
+      setSecret: db.prepare<[string, string, string, string, string]>(
+        'UPDATE api_keys SET prefix = ?, hash = ? WHERE organization = ? AND project = ? AND id = ?'),
+      deleteKey: db.prepare<[string, string, string]>(
+        'DELETE FROM api_keys WHERE organization = ? AND project = ? AND id = ?'),
+      listEndpoints: db.prepare<[string, string], EndpointRow>(
+        `SELECT ${ENDPOINT_COLUMNS} FROM endpoints WHERE organization = ? AND project = ?
+          ORDER BY model_sequence, type, resource_sequence`),
+      getEndpoint: db.prepare<[string, string, number, string, number], EndpointRow>(
+        `SELECT ${ENDPOINT_COLUMNS} FROM endpoints WHERE ${LOCATOR_MATCH}`),
+      endpointKeys: db.prepare<[string, string], EndpointKeySummary & { endpoint_id: string, is_active: number }>(
+        `SELECT ek.endpoint_id, k.id, k.prefix, k.purpose, k.is_active
+           FROM endpoint_keys ek JOIN api_keys k ON k.id = ek.key_id
+          WHERE k.organization = ? AND k.project = ? ORDER BY k.created_at, k.id`),
+      projectKeyIds: db.prepare<[string, string], { id: string }>(
+        'SELECT id FROM api_keys WHERE organization = ? AND project = ?'),
+      insertEndpoint: db.prepare<[string, string, string, number, string, number, number]>(
+        `INSERT INTO endpoints (id, organization, project, model_sequence, type, resource_sequence, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)`),
+      clearAssignments: db.prepare<[string]>('DELETE FROM endpoint_keys WHERE endpoint_id = ?'),
+      assign: db.prepare<[string, string]>('INSERT INTO endpoint_keys (endpoint_id, key_id) VALUES (?, ?)'),
+      deleteEndpoint: db.prepare<[string, string, number, string, number]>(`DELETE FROM endpoints WHERE ${LOCATOR_MATCH}`),
+      // The key's own record, else one from before records were per key ('').
+      getIdempotency: db.prepare<[string, string, string], { response: string | null, created_at: number }>(
+        `SELECT response, created_at FROM idempotency_keys
+          WHERE endpoint_id = ? AND key_id IN (?, '') AND idempotency_key = ? ORDER BY key_id DESC LIMIT 1`),
+      expireIdempotency: db.prepare<[number]>('DELETE FROM idempotency_keys WHERE created_at < ?'),
+      claimIdempotency: db.prepare<[string, string, string, number, string]>(
+        `INSERT OR REPLACE INTO idempotency_keys (endpoint_id, key_id, idempotency_key, response, created_at, claim_token)
+         VALUES (?, ?, ?, NULL, ?, ?)`),
+      completeIdempotency: db.prepare<[string, string, string, string]>(
+        'UPDATE idempotency_keys SET response = ? WHERE endpoint_id = ? AND key_id = ? AND idempotency_key = ?'),
+      releaseIdempotency: db.prepare<[string, string, string, string]>(
+        `DELETE FROM idempotency_keys
+          WHERE endpoint_id = ? AND key_id = ? AND idempotency_key = ? AND claim_token = ? AND response IS NULL`),
+      insertAudit: db.prepare<[string, string, number, string | null, AuditAction, string | null, string | null, string, string]>(
+        `INSERT INTO audit_log (organization, project, at, actor, action, key_id, endpoint_id, target, changes)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+      listAudit: db.prepare<[string, string, number | null, number | null, number], AuditRow>(
+        `SELECT id, at, actor, action, key_id, endpoint_id, target, changes FROM audit_log
+          WHERE organization = ? AND project = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`),
+      pruneAudit: db.prepare<[number]>('DELETE FROM audit_log WHERE at < ?'),
+      endpointKeyIds: db.prepare<[string], { key_id: string }>('SELECT key_id FROM endpoint_keys WHERE endpoint_id = ? ORDER BY key_id')
+    }
+  }
+
+  private migrate (): void {
+    this.db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)')
+    const apply = this.db.transaction((version: number, sql: string) => {
+      // Checked again inside the write lock: another process may have just applied it.
+      const done = this.db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').get(version)
+      if (done !== undefined) return
+      this.db.exec(sql)
+      this.db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)').run(version, Date.now())
+    })
+    MIGRATIONS.forEach((sql, index) => apply.immediate(index + 1, sql))
+  }
+
+  async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
+    const l = locator
+    const row = this.statements.lookup.get(prefix, l.organization, l.project, l.modelSequence, l.type, l.resourceSequence)
+    if (row === undefined) return null
+    const [endpointId, keyId, hash, isActive, expiresAt] = row
+    return { endpointId, key: keyId === null ? null : { id: keyId, hash: hash as string, isActive: isActive === 1, expiresAt } }
+  }
+
+  async applyUsage (batch: UsageBatch): Promise<void> {
+    const { addCalls, touchKey, addHourly, addDaily } = this.statements
+    const row = (c: UsageCount): UsageRowData =>
+      ({ endpoint_id: c.endpointId, start: c.hour, key_id: c.keyId ?? '', outcome: c.outcome, count: c.count })
+    this.db.transaction(() => {
+      for (const [endpointId, n] of batch.calls) addCalls.run(n, endpointId)
+      for (const [keyId, at] of batch.lastUsed) touchKey.run(at.getTime(), keyId)
+      for (const c of batch.counts.values()) addHourly.run(row(c))
+      for (const c of dailyCounts(batch.counts.values())) addDaily.run(row(c))
+    }).immediate()
+  }
+
+  async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
+    const statement = query.granularity === 'day' ? this.statements.usageByDay : this.statements.usageByHour
+    const rows = statement.all({
+      organization: project.organization,
+      project: project.project,
+      from: query.from.getTime(),
+      to: query.to.getTime(),
+      key_id: query.keyId ?? null,
+      endpoint_id: query.endpointId ?? null,
+      limit: query.limit
+    })
+    return rows.map((r) => ({ start: new Date(r.start), endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: r.count }))
+  }
+
+  async pruneUsage (before: Date): Promise<number> {
+    const { pruneHourly, pruneDaily } = this.statements
+    return this.db.transaction(() =>
+      pruneHourly.run(before.getTime()).changes + pruneDaily.run(before.getTime()).changes).immediate()
+  }
+
+  async listKeys (project: ProjectRef): Promise<ApiKeyRecord[]> {
+    return this.statements.listKeys.all(project.organization, project.project).map(toKey)
+  }
+
+  async getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null> {
+    const row = this.statements.getKey.get(project.organization, project.project, keyId)
+    return row === undefined ? null : toKey(row)
+  }
+
+  /** Writes an audit entry; called inside the transaction of the change, and only when something changed. */
+  private audit (project: ProjectRef, audit: AuditContext, action: AuditAction, target: string,
+    changes: Record<string, AuditChange>, ids: { keyId?: string, endpointId?: string }): void {
+    this.statements.insertAudit.run(project.organization, project.project, Date.now(), audit.actor, action,
+      ids.keyId ?? null, ids.endpointId ?? null, target, JSON.stringify(changes))
+  }
+
+  private keyRecord (project: ProjectRef, keyId: string): ApiKeyRecord | null {
+    const row = this.statements.getKey.get(project.organization, project.project, keyId)
+    return row === undefined ? null : toKey(row)
+  }
+
+  async createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord> {
+    const id = randomUUID()
+    try {
+      return this.db.transaction(() => {
+        this.statements.insertKey.run(id, key.organization, key.project, key.prefix, key.hash, key.purpose,
+          key.isActive ? 1 : 0, Date.now(), key.expiresAt === null ? null : key.expiresAt.getTime())
+        const created = this.keyRecord(key, id) as ApiKeyRecord
+        this.audit(key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: id })
+        return created
+      }).immediate()
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new PrefixTakenError()
+      throw err
+    }
+  }
+
+  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null> {
+    const where = [project.organization, project.project, keyId] as const
+    return this.db.transaction(() => {
+      const before = this.keyRecord(project, keyId)
+      if (before === null) return null
+      if (patch.purpose !== undefined) this.statements.setPurpose.run(patch.purpose, ...where)
+      if (patch.isActive !== undefined) this.statements.setActive.run(patch.isActive ? 1 : 0, ...where)
+      if (patch.expiresAt !== undefined) this.statements.setExpiry.run(patch.expiresAt === null ? null : patch.expiresAt.getTime(), ...where)
+      const after = this.keyRecord(project, keyId) as ApiKeyRecord
+      const changes = keyChanges(before, after)
+      if (Object.keys(changes).length > 0) this.audit(project, audit, 'key.updated', after.prefix, changes, { keyId })
+      return after
+    }).immediate()
+  }
+
+  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null> {
+    try {
+      return this.db.transaction(() => {
+        const before = this.keyRecord(project, keyId)
+        if (before === null) return null
+        this.statements.setSecret.run(secret.prefix, secret.hash, project.organization, project.project, keyId)
+        const after = this.keyRecord(project, keyId) as ApiKeyRecord
+        this.audit(project, audit, 'key.regenerated', after.prefix, { prefix: { from: before.prefix, to: after.prefix } }, { keyId })
+        return after
+      }).immediate()
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new PrefixTakenError()
+      throw err
+    }
+  }
+
+  async deleteKey (project: ProjectRef, keyId: string, audit: AuditContext): Promise<boolean> {
+    return this.db.transaction(() => {
+      const before = this.keyRecord(project, keyId)
+      if (before === null) return false
+      this.statements.deleteKey.run(project.organization, project.project, keyId)
+      this.audit(project, audit, 'key.deleted', before.prefix, keyChanges(before, null), { keyId })
+      return true
+    }).immediate()
+  }
+
+  private endpointsWithKeys (project: ProjectRef, rows: EndpointRow[]): EndpointRecord[] {
+    const keysByEndpoint = new Map<string, EndpointKeySummary[]>()
+    for (const k of this.statements.endpointKeys.all(project.organization, project.project)) {
+      const list = keysByEndpoint.get(k.endpoint_id) ?? []
+      list.push({ id: k.id, prefix: k.prefix, purpose: k.purpose, isActive: k.is_active === 1 })
+      keysByEndpoint.set(k.endpoint_id, list)
+    }
+    return rows.map((row) => ({
+      id: row.id,
+      organization: row.organization,
+      project: row.project,
+      modelSequence: row.model_sequence,
+      type: row.type,
+      resourceSequence: row.resource_sequence,
+      calls: row.calls,
+      keys: keysByEndpoint.get(row.id) ?? [],
+      createdAt: new Date(row.created_at)
+    }))
+  }
+
+  async listEndpoints (project: ProjectRef): Promise<EndpointRecord[]> {
+    return this.endpointsWithKeys(project, this.statements.listEndpoints.all(project.organization, project.project))
+  }
+
+  async getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null> {
+    const row = this.statements.getEndpoint.get(...locatorParams(locator))
+    return row === undefined ? null : this.endpointsWithKeys(locator, [row])[0]
+  }
+
+  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult> {
+    const s = this.statements
+    const result = this.db.transaction((): PutEndpointResult => {
+      const projectKeys = new Set(s.projectKeyIds.all(locator.organization, locator.project).map((r) => r.id))
+      const unknownKeyIds = keyIds.filter((id) => !projectKeys.has(id))
+      if (unknownKeyIds.length > 0) return { ok: false, unknownKeyIds }
+      let endpoint = s.getEndpoint.get(...locatorParams(locator))
+      const created = endpoint === undefined
+      const endpointId = endpoint?.id ?? randomUUID()
+      let before: string[] = []
+      if (created) {
+        s.insertEndpoint.run(endpointId, ...locatorParams(locator), Date.now())
+      } else {
+        before = s.endpointKeyIds.all(endpointId).map((r) => r.key_id)
+        s.clearAssignments.run(endpointId)
+      }
+      for (const keyId of new Set(keyIds)) s.assign.run(endpointId, keyId)
+      const changes = keyIdChanges(before, keyIds)
+      if (created || Object.keys(changes).length > 0) {
+        this.audit(locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
+      }
+      endpoint = s.getEndpoint.get(...locatorParams(locator)) as EndpointRow
+      return { ok: true, created, endpoint: this.endpointsWithKeys(locator, [endpoint])[0] }
+    }).immediate()
+    return result
+  }
+
+  async deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean> {
+    const s = this.statements
+    return this.db.transaction(() => {
+      const endpoint = s.getEndpoint.get(...locatorParams(locator))
+      if (endpoint === undefined) return false
+      const before = s.endpointKeyIds.all(endpoint.id).map((r) => r.key_id)
+      s.deleteEndpoint.run(...locatorParams(locator))
+      this.audit(locator, audit, 'endpoint.deleted', endpointPath(locator), keyIdChanges(before, []), { endpointId: endpoint.id })
+      return true
+    }).immediate()
+  }
+
+  async listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]> {
+    const before = query.before === undefined ? null : Number(query.before)
+    return this.statements.listAudit.all(project.organization, project.project, before, before, query.limit).map((r) => ({
+      id: String(r.id),
+      at: new Date(r.at),
+      actor: r.actor,
+      action: r.action,
+      keyId: r.key_id,
+      endpointId: r.endpoint_id,
+      target: r.target,
+      changes: JSON.parse(r.changes) as Record<string, AuditChange>
+    }))
+  }
+
+  async pruneAudit (before: Date): Promise<number> {
+    return this.statements.pruneAudit.run(before.getTime()).changes
+  }
+
+  async claimIdempotencyKey (scope: IdempotencyScope, key: string, ttlMs: number, token: string): Promise<IdempotencyClaim> {
+    const s = this.statements
+    return this.db.transaction((): IdempotencyClaim => {
+      const now = Date.now()
+      s.expireIdempotency.run(now - ttlMs)
+      const existing = s.getIdempotency.get(scope.endpointId, scope.keyId, key)
+      if (existing !== undefined) return { claimed: false, response: existing.response }
+      s.claimIdempotency.run(scope.endpointId, scope.keyId, key, now, token)
+      return { claimed: true }
+    }).immediate()
+  }
+
+  async completeIdempotencyKey (scope: IdempotencyScope, key: string, response: string): Promise<void> {
+    this.statements.completeIdempotency.run(response, scope.endpointId, scope.keyId, key)
+  }
+
+  async releaseIdempotencyKey (scope: IdempotencyScope, key: string, token: string): Promise<boolean> {
+    return this.statements.releaseIdempotency.run(scope.endpointId, scope.keyId, key, token).changes === 1
+  }
+
+  async pruneIdempotencyKeys (before: Date): Promise<number> {
+    return this.statements.expireIdempotency.run(before.getTime()).changes
+  }
+
+  async close (): Promise<void> {
+    if (this.db.open) this.db.close()
+  }
+}

@@ -1,0 +1,66 @@
+import fc from 'fast-check'
+import t from 'tap'
+import type { Column, Row } from '../../lib/index.js'
+import { FORMATS } from '../../lib/formats/index.js'
+import { isPlainJsonString, jsonRowWriter } from '../../lib/formats/json.js'
+import { datasetOf, specOf } from '../format-fixtures.js'
+import { collect } from '../format-readers.js'
+
+// json writes each row as JSON.stringify would write the row object, keys
+// in column order, without calling it per row.
+
+// Any UTF-16 unit (lone surrogates included), with the characters JSON escapes made common.
+const unit = fc.oneof(
+  fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+  fc.constantFrom('"', '\\', '\n', '\u0000', '\u001f', '\u007f', '\u2028', '\ud800', '\udfff', '😀', 'a', 'é')
+)
+const anyText = fc.string({ unit, maxLength: 40 })
+
+t.test('a short string with nothing to escape is written as it is, in quotes', async (t) => {
+  fc.assert(fc.property(anyText, (s) => {
+    const plain = JSON.stringify(s) === '"' + s + '"'
+    // Long strings, and any with a surrogate, are left to JSON.stringify.
+    return isPlainJsonString(s) ? plain : !plain || s.length > 32 || /[\ud800-\udfff]/.test(s)
+  }), { numRuns: 2000 })
+  t.equal(isPlainJsonString('page_view'), true)
+  t.equal(isPlainJsonString('say "hi"'), false)
+  t.equal(isPlainJsonString('\ud83d'), false, 'a lone surrogate is escaped')
+  t.equal(isPlainJsonString('é\u2028'), true, 'JSON escapes neither')
+  t.equal(isPlainJsonString('x'.repeat(33)), false, 'longer strings go to JSON.stringify')
+})
+
+t.test('a row is what JSON.stringify writes for the row object', async (t) => {
+  // Column names JSON must escape, and none an object would reorder (array indexes).
+  const name = fc.oneof(anyText, fc.constantFrom('__proto__', 'constructor', 'id', 'a b', '"', '\\'))
+    .filter((n) => !/^(0|[1-9][0-9]*)$/.test(n))
+  const TYPES = ['integer', 'float', 'text', 'boolean', 'json'] as const
+  const valueOf: Record<typeof TYPES[number], fc.Arbitrary<unknown>> = {
+    integer: fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }),
+    float: fc.double(), // NaN and infinities are NULL, and JSON.stringify writes them as null too
+    text: anyText,
+    boolean: fc.boolean(),
+    json: fc.jsonValue()
+  }
+  const entity = fc.uniqueArray(fc.record({ name, type: fc.constantFrom(...TYPES) }), { minLength: 1, maxLength: 6, selector: (c) => c.name })
+  const sample = entity.chain((columns) => fc.tuple(fc.constant(columns),
+    fc.tuple(...columns.map((c) => fc.option(valueOf[c.type], { nil: null }))), fc.constantFrom('', ',\n')))
+  fc.assert(fc.property(sample, ([columns, row, start]) => {
+    const written = jsonRowWriter({ name: 'e', columns: columns as Column[] }, start)(row as Row)
+    const object = Object.fromEntries(columns.map((c, i) => [c.name, row[i]]))
+    return written === start + JSON.stringify(object)
+  }), { numRuns: 1000 })
+  t.pass('rows match JSON.stringify')
+})
+
+t.test('the document: one array per entity, one row per line', async (t) => {
+  const columns: Column[] = [{ name: 'id', type: 'integer' }, { name: 'at', type: 'timestamp', withTimeZone: true }, { name: 'note', type: 'text' }]
+  const dataset = datasetOf('d', [
+    { name: 'a', columns, rows: [[1, '2024-01-02T03:04:05.678Z', 'x'], [2, null, 'say "hi"']] },
+    { name: 'b', columns, rows: [] }
+  ])
+  const body = (await collect(FORMATS.json(specOf(dataset)).body)).toString('utf8')
+  t.equal(body, '{"a":[\n' +
+    '{"id":1,"at":"2024-01-02T03:04:05.678Z","note":"x"},\n' +
+    '{"id":2,"at":null,"note":"say \\"hi\\""}\n' +
+    '],"b":[\n\n]}\n')
+})

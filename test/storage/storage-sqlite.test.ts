@@ -1,0 +1,115 @@
+import { join } from 'node:path'
+import t from 'tap'
+import Database from 'better-sqlite3'
+import { MIGRATIONS, SqliteStorage } from '../../lib/storage/sqlite-storage.js'
+import { storageContract } from '../storage-contract.js'
+
+// SqliteStorage against the shared storage contract, in memory and on a file,
+// plus what only SQLite has: its migrations and two handles on one file.
+
+const dir = t.testdir({})
+const AUDIT = { actor: 'test' }
+
+await storageContract(t, 'SqliteStorage in memory', async () => new SqliteStorage({ filename: ':memory:' }))
+const shared = join(dir, 'contract.db')
+await storageContract(t, 'SqliteStorage on a file', async () => new SqliteStorage({ filename: shared }), { shared: true })
+
+interface MigrationRow { version: number, applied_at: number }
+
+t.test('migrations are versioned; re-opening a file does not apply them again', async (t) => {
+  const file = join(dir, 'migrations.db')
+  const first = new SqliteStorage({ filename: file })
+  const applied = first.db.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all() as MigrationRow[]
+  t.ok(applied.length >= 1, 'at least one migration recorded')
+  t.same(applied.map((m) => m.version), applied.map((_, i) => i + 1), 'versions 1..n, each once')
+  const key = await first.createKey({ organization: 'o', project: 'p', prefix: 'AAAAAAAAAA', hash: 'h', purpose: 'kept', isActive: true, expiresAt: null }, AUDIT)
+  await first.close()
+
+  const again = new SqliteStorage({ filename: file })
+  t.teardown(() => again.close())
+  t.same(again.db.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all(), applied,
+    'the same rows: nothing re-applied')
+  t.same(await again.getKey({ organization: 'o', project: 'p' }, key.id), key, 'data survives the re-open')
+})
+
+/** A file as the version with the first `version` migrations left it. */
+function fileAtVersion (file: string, version: number): Database.Database {
+  const db = new Database(file)
+  db.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)')
+  MIGRATIONS.slice(0, version).forEach((sql, i) => {
+    db.exec(sql)
+    db.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(i + 1, Date.now())
+  })
+  return db
+}
+
+t.test('a file from before claim tokens is migrated: its claims stay held, new ones carry tokens', async (t) => {
+  const file = join(dir, 'before-tokens.db')
+  const old = fileAtVersion(file, 1)
+  old.prepare('INSERT INTO idempotency_keys (endpoint_id, idempotency_key, response, created_at) VALUES (?, ?, NULL, ?)').run('e', 'held', Date.now())
+  old.close()
+
+  const s = new SqliteStorage({ filename: file })
+  t.teardown(() => s.close())
+  t.same(s.db.prepare('SELECT version FROM schema_migrations').all(), MIGRATIONS.map((_, i) => ({ version: i + 1 })), 'every migration applied')
+  const scope = { endpointId: 'e', keyId: 'k' }
+  t.same(await s.claimIdempotencyKey(scope, 'held', 60_000, 'new'), { claimed: false, response: null }, 'the old claim is still held')
+  t.equal(await s.releaseIdempotencyKey(scope, 'held', 'new'), false, 'and no token releases it')
+  t.same(await s.claimIdempotencyKey(scope, 'fresh', 60_000, 'new'), { claimed: true })
+  t.equal(await s.releaseIdempotencyKey(scope, 'fresh', 'new'), true, 'a new claim is released by its token')
+})
+
+t.test('a file from before records were per key: its records hold for the whole endpoint until they expire', async (t) => {
+  const file = join(dir, 'before-key-scope.db')
+  const old = fileAtVersion(file, 3)
+  const insert = old.prepare('INSERT INTO idempotency_keys (endpoint_id, idempotency_key, response, created_at, claim_token) VALUES (?, ?, ?, ?, ?)')
+  insert.run('e', 'answered', '{"job_id":"1"}', Date.now(), 't1')
+  insert.run('e', 'running', null, Date.now(), 't2')
+  insert.run('e', 'stale', '{"job_id":"0"}', Date.now() - 120_000, 't3')
+  old.close()
+
+  const s = new SqliteStorage({ filename: file })
+  t.teardown(() => s.close())
+  for (const keyId of ['k1', 'k2']) {
+    const scope = { endpointId: 'e', keyId }
+    t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, 'x'), { claimed: false, response: '{"job_id":"1"}' }, `${keyId}: the answer is replayed`)
+    t.same(await s.claimIdempotencyKey(scope, 'running', 60_000, 'x'), { claimed: false, response: null }, `${keyId}: the claim is still held`)
+  }
+  t.same(await s.claimIdempotencyKey({ endpointId: 'e', keyId: 'k1' }, 'stale', 60_000, 'x'), { claimed: true }, 'an expired one is gone')
+  t.same(await s.claimIdempotencyKey({ endpointId: 'e', keyId: 'k2' }, 'stale', 60_000, 'y'), { claimed: true }, 'and the new records are per key')
+  t.same(await s.claimIdempotencyKey({ endpointId: 'other', keyId: 'k1' }, 'answered', 60_000, 'z'), { claimed: true }, 'on its own endpoint only')
+})
+
+t.test('two SqliteStorage handles on one file share keys, endpoints, counters and claims', async (t) => {
+  const file = join(dir, 'two.db')
+  const a = new SqliteStorage({ filename: file })
+  const b = new SqliteStorage({ filename: file })
+  t.teardown(async () => { await a.close(); await b.close() })
+  const project = { organization: 'o', project: 'p' }
+  const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+
+  const key = await a.createKey({ ...project, prefix: 'BBBBBBBBBB', hash: 'h', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
+  const put = await b.putEndpoint(locator, [key.id], AUDIT)
+  t.ok(put.ok, 'b assigns a key a created')
+  const endpointId = put.ok ? put.endpoint.id : ''
+  await a.applyUsage({ calls: new Map([[endpointId, 2]]), lastUsed: new Map(), counts: new Map() })
+  await b.applyUsage({ calls: new Map([[endpointId, 3]]), lastUsed: new Map(), counts: new Map() })
+  t.equal((await a.getEndpoint(locator))?.calls, 5)
+  await b.updateKey(project, key.id, { isActive: false }, AUDIT)
+  t.equal((await a.findEndpointKey(locator, 'BBBBBBBBBB'))?.key?.isActive, false, 'a disable through b is seen by a')
+  t.same(await a.claimIdempotencyKey({ endpointId, keyId: key.id }, 'k', 60_000, 'token-a'), { claimed: true })
+  t.same(await b.claimIdempotencyKey({ endpointId, keyId: key.id }, 'k', 60_000, 'token-b'), { claimed: false, response: null })
+})
+
+t.test('a write blocked by another handle\'s lock fails after busyTimeout instead of hanging', async (t) => {
+  const file = join(dir, 'busy.db')
+  const a = new SqliteStorage({ filename: file })
+  const b = new SqliteStorage({ filename: file, busyTimeout: 50 })
+  t.teardown(async () => { await a.close(); await b.close() })
+  a.db.exec('BEGIN IMMEDIATE')
+  const started = Date.now()
+  await t.rejects(b.claimIdempotencyKey({ endpointId: 'e', keyId: 'k' }, 'k', 60_000, 'token'), { code: 'SQLITE_BUSY' }, 'refused after the busy timeout, not hung')
+  t.ok(Date.now() - started < 2000)
+  a.db.exec('COMMIT')
+  t.same(await b.claimIdempotencyKey({ endpointId: 'e', keyId: 'k' }, 'k', 60_000, 'token'), { claimed: true }, 'works once the lock is gone')
+})
