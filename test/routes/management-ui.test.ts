@@ -53,7 +53,7 @@ t.test('the page follows managementPrefix; its calls go to the API beside it', a
   t.equal((await app.inject('/admin/data-keys/ui/')).statusCode, 200)
   t.equal((await app.inject(PAGE)).statusCode, 404)
   const js = (await app.inject('/admin/data-keys/ui/app.js')).body
-  t.match(js, "new URL('../../', location.href)", 'the API base is the page\'s parent, whatever the prefix')
+  t.match(js, "new URL('../', location.href)", 'the API base is the page\'s parent, whatever the prefix')
 })
 
 t.test('managementUi: false turns the page off and leaves the API alone', async (t) => {
