@@ -407,7 +407,7 @@ t.test('at start, the spool folders of processes that no longer run go; those of
   const deadPid = Number(await gone.firstLine)
   await gone.exited
   // A process that runs, with its folder named as the plugin names it.
-  const live = runNode(t, "const { newSpoolFolderName } = await import('../lib/formats/spool-folder.ts'); console.log(JSON.stringify({ name: newSpoolFolderName(), pid: process.pid })); setInterval(() => {}, 1000)")
+  const live = runNode(t, "const { newSpoolFolderName } = await import('./lib/formats/spool-folder.ts'); console.log(JSON.stringify({ name: newSpoolFolderName(), pid: process.pid })); setInterval(() => {}, 1000)")
   const running = JSON.parse(await live.firstLine) as { name: string, pid: number }
 
   const removed = [name(deadPid, me.start)]

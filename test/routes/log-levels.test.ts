@@ -28,8 +28,8 @@ async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?
   // The plugin with redactKeys watched: redactUrl (the call line's URL) and
   // the redacting serializer both end in it. (The mock is named by the
   // source file tsx loads.)
-  const { default: dataEndpoints } = await t.mockImport<typeof import('../../lib/index.js')>('../lib/index.js', {
-    '../lib/api-key.ts': {
+  const { default: dataEndpoints } = await t.mockImport<typeof import('../../lib/index.js')>('../../lib/index.js', {
+    '../../lib/keys/api-key.ts': {
       ...apiKey,
       redactKeys: (text: string) => {
         if (text.startsWith('/api/')) urlRedactions++
