@@ -43,7 +43,9 @@ export function readConfig (env: NodeJS.ProcessEnv): ExampleConfig {
     databaseUrl: env.DATABASE_URL === '' ? undefined : env.DATABASE_URL,
     databaseSchema: env.DATABASE_SCHEMA === '' ? undefined : env.DATABASE_SCHEMA,
     // An empty ADMIN_TOKEN counts as unset: an empty bearer token would be no protection.
-    adminToken: adminToken !== '' ? adminToken : randomBytes(24).toString('base64url'),
+    // Hex: a base64url token can hold a dash, and then look like an API key
+    // (10 characters, a dash, 21) to the log masking and to a reader.
+    adminToken: adminToken !== '' ? adminToken : randomBytes(24).toString('hex'),
     adminTokenGenerated: adminToken === '',
     demoKey: env.DEMO_KEY !== 'off',
     eventsRows: integerFrom('EVENTS_ROWS', env.EVENTS_ROWS ?? '100000', 0, MAX_EVENTS_ROWS),

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { join } from 'node:path'
 import t from 'tap'
-import { SqliteStorage } from '../lib/index.js'
-import { startServer, tempDir } from './example-process.js'
+import { SqliteStorage } from '../../lib/index.js'
+import { startServer, tempDir } from '../example-process.js'
 
 // SIGTERM while the example server is under load (issue 6): every request
 // answered 200 is counted, and nothing else is. 20 clients call two datasets
