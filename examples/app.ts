@@ -7,6 +7,7 @@ import dataEndpoints, {
 } from '../lib/index.js'
 import { adminTokenPermissions } from './admin-auth.js'
 import type { ExampleConfig } from './config.js'
+import { PgJobStore, SqliteJobStore, type JobStore } from './job-store.js'
 import { SampleJobs } from './jobs.js'
 import { exampleDatabaseFile, openExampleDatabase, SampleDatasets, seedSampleData } from './sample-datasets.js'
 
@@ -49,27 +50,42 @@ export function exampleLoggerOptions (level: string): Exclude<FastifyServerOptio
 export async function buildExampleApp (config: AppConfig): Promise<FastifyInstance> {
   mkdirSync(config.dataDir, { recursive: true })
 
-  // The sample data and the jobs live in a database of their own, apart from
-  // the plugin's storage, so that another storage can take its place alone.
+  // The sample data lives in a database of its own, apart from the plugin's
+  // storage, so that another storage can take its place alone. The jobs
+  // live beside the sample data on one machine, and in PostgreSQL with
+  // DATABASE_URL, where every instance can answer for every job.
   const exampleFile = exampleDatabaseFile(config.dataDir)
   const exampleDb = openExampleDatabase(exampleFile)
   let datasets: SampleDatasets | undefined
+  let jobStore: JobStore | undefined
   let jobs: SampleJobs | undefined
   // Timers first, then the connections they write through.
-  const closeExample = (): void => {
+  const closeExample = async (): Promise<void> => {
     try {
-      jobs?.close()
-      datasets?.close()
+      await jobs?.close()
     } finally {
+      await jobStore?.close().catch(() => {})
+      datasets?.close()
       if (exampleDb.open) exampleDb.close()
     }
   }
   try {
     seedSampleData(exampleDb, config.eventsRows)
     datasets = new SampleDatasets(exampleFile)
-    jobs = new SampleJobs(exampleDb)
+    if (config.databaseUrl === undefined) {
+      jobStore = new SqliteJobStore(exampleDb)
+    } else {
+      const pgJobs = new PgJobStore({ connectionString: config.databaseUrl, schema: config.databaseSchema ?? 'data_endpoints' })
+      jobStore = pgJobs
+      await pgJobs.open()
+    }
+    jobs = new SampleJobs(jobStore, (err, jobId) => { app.log.error({ err, jobId }, 'a job step could not be recorded') })
+    // One process owns the SQLite file: whatever is unfinished now was cut
+    // short by its last run. Instances sharing PostgreSQL leave each other's
+    // running jobs alone, and fail only those that stopped moving.
+    await jobs.failAbandoned(config.databaseUrl === undefined ? 0 : undefined)
   } catch (err) {
-    closeExample()
+    await closeExample().catch(() => {})
     throw err
   }
 
@@ -78,7 +94,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     // A malformed URL or an over-long path parameter: answered without quoting the URL.
     frameworkErrors: frameworkErrorReply
   })
-  app.addHook('onClose', async () => closeExample())
+  app.addHook('onClose', closeExample)
   // For tests and a curious host: the pools of prepared statements show through it.
   app.decorate('sampleDatasets', datasets)
 
@@ -113,7 +129,8 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     await app.ready()
   } catch (err) {
     await app.close().catch(() => {})
-    closeExample()
+    // Safe twice: onClose may or may not have run after a failed start.
+    await closeExample().catch(() => {})
     throw err
   }
   return app

@@ -1,10 +1,12 @@
-import type Database from 'better-sqlite3'
+import { randomUUID } from 'node:crypto'
 import type { Job, JobSource, JobStatus, Pipeline, PipelineRunner, ResourceRef, ResourceSummary } from '../lib/index.js'
+import type { JobStore } from './job-store.js'
 import { SAMPLE_MODEL } from './sample-datasets.js'
 
 // The example's pipelines and their jobs. A run is a pair of timers that move
-// its job queued -> running -> succeeded|failed; jobs are rows of the example
-// database, so their status survives a restart.
+// its job queued -> running -> succeeded|failed; jobs are rows of a JobStore
+// (the example's SQLite file, or PostgreSQL shared by several instances), so
+// their status survives a restart and any instance can answer for them.
 
 interface SamplePipeline {
   name: string
@@ -24,40 +26,32 @@ const QUEUED_MS = 100
 
 export const INTERRUPTED = 'Interrupted: the server stopped before the job finished'
 
-interface JobRow {
-  id: string
-  status: JobStatus
-  error: string | null
-  created_at: string
-  updated_at: string
-}
+/** Unfinished jobs not updated for this long belong to an instance that stopped without closing. */
+export const ABANDONED_AFTER_MS = 60_000
+export const ABANDONED = 'Interrupted: the server running the job stopped'
 
 export class SampleJobs implements PipelineRunner, JobSource {
   private readonly timers = new Set<NodeJS.Timeout>()
+  /** writes of steps under way, awaited at close */
+  private readonly writes = new Set<Promise<void>>()
+  private readonly sweeper: NodeJS.Timeout
   private closed = false
-  private readonly statements
+  /** this instance, in the jobs it starts: at close it fails its own unfinished jobs, no other's */
+  readonly owner = randomUUID()
 
-  /** `db`: a writable connection to the example database. */
-  constructor (private readonly db: Database.Database) {
-    db.exec(`CREATE TABLE IF NOT EXISTS jobs (
-      id TEXT PRIMARY KEY,
-      pipeline INTEGER NOT NULL,
-      status TEXT NOT NULL,
-      error TEXT,
-      created_at TEXT NOT NULL,
-      updated_at TEXT NOT NULL
-    )`)
-    this.statements = {
-      insert: db.prepare<[string, number, string, string]>(
-        'INSERT INTO jobs (id, pipeline, status, created_at, updated_at) VALUES (?, ?, \'queued\', ?, ?)'),
-      setStatus: db.prepare<[JobStatus, string | null, string, string]>(
-        'UPDATE jobs SET status = ?, error = ?, updated_at = ? WHERE id = ?'),
-      get: db.prepare<[string], JobRow>('SELECT id, status, error, created_at, updated_at FROM jobs WHERE id = ?'),
-      failUnfinished: db.prepare<[string, string]>(
-        'UPDATE jobs SET status = \'failed\', error = ?, updated_at = ? WHERE status IN (\'queued\', \'running\')')
-    }
-    // No run outlives its process: jobs left unfinished by a crash are failed now.
-    this.failUnfinished()
+  /**
+   * `onError` hears a step whose write failed (the job then stays at its last
+   * status until the abandoned-job sweep fails it).
+   */
+  constructor (private readonly store: JobStore, private readonly onError: (err: unknown, jobId: string) => void = () => {}) {
+    // Jobs of an instance that crashed (no close ran) stay unfinished; any
+    // instance fails them once they have not moved for a minute.
+    this.sweeper = setInterval(() => { void this.failAbandoned().catch(() => {}) }, ABANDONED_AFTER_MS).unref()
+  }
+
+  /** Fails the jobs a stopped instance left behind. Call once at start, after the store is ready. */
+  async failAbandoned (staleMs = ABANDONED_AFTER_MS): Promise<number> {
+    return this.store.failUnfinished(ABANDONED, { staleMs })
   }
 
   async getPipeline (ref: ResourceRef): Promise<Pipeline | null> {
@@ -75,54 +69,54 @@ export class SampleJobs implements PipelineRunner, JobSource {
   }
 
   async getJob (jobId: string): Promise<Job | null> {
-    const row = this.statements.get.get(jobId)
-    if (row === undefined) return null
+    const row = await this.store.get(jobId)
+    if (row === null) return null
     return {
       id: row.id,
       type: 'pipeline',
       status: row.status,
-      createdAt: row.created_at,
-      updatedAt: row.updated_at,
+      createdAt: row.createdAt,
+      updatedAt: row.updatedAt,
       ...(row.error === null ? {} : { error: row.error })
     }
   }
 
-  private start (jobId: string, sequence: number, pipeline: SamplePipeline): void {
+  /** Resolves once the job is recorded (the plugin then answers its job_url). */
+  private async start (jobId: string, sequence: number, pipeline: SamplePipeline): Promise<void> {
     if (this.closed) throw new Error('The server is shutting down; no new pipeline runs')
-    const now = new Date().toISOString()
-    this.statements.insert.run(jobId, sequence, now, now)
-    this.after(QUEUED_MS, () => {
-      this.setStatus(jobId, 'running', null)
-      this.after(pipeline.runMs, () => {
-        if (pipeline.error === undefined) this.setStatus(jobId, 'succeeded', null)
-        else this.setStatus(jobId, 'failed', pipeline.error)
-      })
+    await this.store.insert(jobId, sequence, this.owner)
+    this.after(QUEUED_MS, jobId, 'running', null, () => {
+      this.after(pipeline.runMs, jobId, pipeline.error === undefined ? 'succeeded' : 'failed', pipeline.error ?? null)
     })
   }
 
-  private after (ms: number, step: () => void): void {
+  /** In `ms`, moves the job to `status`, then runs `next`. */
+  private after (ms: number, jobId: string, status: JobStatus, error: string | null, next?: () => void): void {
     const timer = setTimeout(() => {
       this.timers.delete(timer)
-      step()
+      const write = this.store.setStatus(jobId, status, error).then(
+        () => { if (!this.closed) next?.() },
+        (err: unknown) => { this.onError(err, jobId) }
+      )
+      this.writes.add(write)
+      void write.finally(() => this.writes.delete(write))
     }, ms)
     this.timers.add(timer)
   }
 
-  private setStatus (jobId: string, status: JobStatus, error: string | null): void {
-    this.statements.setStatus.run(status, error, new Date().toISOString(), jobId)
-  }
-
-  private failUnfinished (): void {
-    this.statements.failUnfinished.run(INTERRUPTED, new Date().toISOString())
-  }
-
-  /** Stops every pending step and fails the runs it cut short. Call before closing the database. */
-  close (): void {
+  /**
+   * Stops every pending step and fails this instance's runs that it cut
+   * short, and only those: other instances' runs go on. Call before closing
+   * the store.
+   */
+  async close (): Promise<void> {
     if (this.closed) return
     this.closed = true
+    clearInterval(this.sweeper)
     for (const timer of this.timers) clearTimeout(timer)
     this.timers.clear()
-    this.failUnfinished()
+    await Promise.all(this.writes)
+    await this.store.failUnfinished(INTERRUPTED, { owner: this.owner })
   }
 
   /** Steps still scheduled (0 after close). */

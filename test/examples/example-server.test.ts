@@ -10,7 +10,8 @@ import { adminTokenPermissions } from '../../examples/admin-auth.js'
 import { buildExampleApp } from '../../examples/app.js'
 import { readConfig } from '../../examples/config.js'
 import { createDemoKey, firstStartDemoKey } from '../../examples/demo-key.js'
-import { INTERRUPTED, SampleJobs } from '../../examples/jobs.js'
+import { SqliteJobStore } from '../../examples/job-store.js'
+import { ABANDONED, INTERRUPTED, SampleJobs } from '../../examples/jobs.js'
 import { IDLE_STATEMENTS_PER_ENTITY, openExampleDatabase, SAMPLE_MODEL, SampleDatasets, seedSampleData, SMALL_ENTITY_ROWS } from '../../examples/sample-datasets.js'
 import { logLines, pasteCurl, startServer, tempDir, type Curl } from '../example-process.js'
 import { freshSchema, pgAvailable } from '../pg.js'
@@ -289,9 +290,9 @@ t.test('sample datasets stream from SQLite', async (t) => {
   t.same([a.next().value?.[0], b.next().value?.[0], a.next().value?.[0], b.next().value?.[0]], [1, 1, 2, 2])
   t.same(datasets.statementCounts(2, 'events'), { prepared: 2, idle: 0 }, 'each read holds its own statement')
   // A write on the other connection while both are open (WAL).
-  const jobs = new SampleJobs(db)
+  const jobs = new SampleJobs(new SqliteJobStore(db))
   await (await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 1 }))?.start(randomUUID())
-  jobs.close()
+  await jobs.close()
   a.return?.()
   b.return?.()
   t.same(datasets.statementCounts(2, 'events'), { prepared: 2, idle: 2 }, 'both went back when their readers left')
@@ -402,7 +403,7 @@ t.test('concurrent downloads of one entity over HTTP, some cut off: no busy stat
 t.test('jobs: timers are cleared on close, unfinished runs fail', async (t) => {
   const db = new Database(':memory:')
   t.teardown(() => db.close())
-  const jobs = new SampleJobs(db)
+  const jobs = new SampleJobs(new SqliteJobStore(db))
   const pipeline = await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 1 })
   t.equal(pipeline?.name, 'refresh-sales')
   t.equal((await jobs.getPipeline({ ...SAMPLE_MODEL, resourceSequence: 2 }))?.name, 'broken')
@@ -411,7 +412,7 @@ t.test('jobs: timers are cleared on close, unfinished runs fail', async (t) => {
   await pipeline?.start(id)
   t.match(await jobs.getJob(id), { id, type: 'pipeline', status: 'queued' })
   t.equal(jobs.pendingSteps, 1)
-  jobs.close()
+  await jobs.close()
   t.equal(jobs.pendingSteps, 0, 'no timer left')
   t.match(await jobs.getJob(id), { status: 'failed', error: INTERRUPTED })
   await t.rejects(pipeline?.start(randomUUID()) as Promise<void>, /shutting down/, 'no run starts after close')
@@ -539,4 +540,58 @@ t.test('with DATABASE_URL the example keeps keys and counters in PostgreSQL', as
     JOIN "${schema}".endpoint_keys ek ON ek.endpoint_id = e.id JOIN "${schema}".api_keys k ON k.id = ek.key_id
     WHERE e.type = 'dataset'`)
   t.same(stored.rows.map((r) => [Number(r.calls), r.prefix]), [[1, demo.prefix]], 'the key and its call are in PostgreSQL')
+})
+
+t.test('jobs left unfinished by an instance that stopped without closing are failed once stale; fresh ones are not', async (t) => {
+  const db = new Database(':memory:')
+  t.teardown(() => db.close())
+  const store = new SqliteJobStore(db)
+  await store.insert('stale', 1, 'crashed-instance')
+  await store.insert('fresh', 1, 'live-instance')
+  db.prepare('UPDATE jobs SET updated_at = ? WHERE id = ?').run(new Date(Date.now() - 120_000).toISOString(), 'stale')
+  const jobs = new SampleJobs(store)
+  t.teardown(() => jobs.close())
+  t.equal(await jobs.failAbandoned(), 1, 'one job had not moved for a minute')
+  t.match(await jobs.getJob('stale'), { status: 'failed', error: ABANDONED })
+  t.match(await jobs.getJob('fresh'), { status: 'queued' }, 'a running instance\'s job is left alone')
+})
+
+t.test('with DATABASE_URL, two example instances share the jobs: either answers for any job; a stop fails only its own', async (t) => {
+  const url = await pgAvailable(t)
+  if (url === null) return
+  const { client, schema } = await freshSchema(t, url)
+  const env = { DATABASE_URL: url, DATABASE_SCHEMA: schema, ADMIN_TOKEN: 'two-instances', DEMO_KEY: 'off', LOG_LEVEL: 'warn' }
+  const a = await startServer(t, { ...env, DATA_DIR: tempDir(t) })
+  const b = await startServer(t, { ...env, DATA_DIR: tempDir(t) })
+  const admin = { authorization: 'Bearer two-instances', 'content-type': 'application/json' }
+  const created = await send({ method: 'POST', headers: admin, url: `${a.baseUrl}/api-keys/acme/shop/keys`, body: JSON.stringify({ purpose: 'two instances' }) })
+  t.equal(created.status, 201)
+  for (const pipeline of [1, 2]) {
+    const put = await send({ method: 'PUT', headers: admin, url: `${b.baseUrl}/api-keys/acme/shop/endpoints/1/pipeline/${pipeline}`, body: JSON.stringify({ keyIds: [created.body.id] }) })
+    t.ok(put.status === 200 || put.status === 201, `pipeline ${pipeline} endpoint made through the other instance`)
+  }
+  const run = async (base: string, pipeline: number): Promise<string> => {
+    const res = await send({ method: 'POST', headers: { authorization: `Bearer ${created.body.key}` }, url: `${base}/api/acme/shop/model/1/pipeline/${pipeline}` })
+    t.equal(res.status, 200)
+    return res.body.job_id as string
+  }
+  const jobUrl = (base: string, id: string): string => `${base}/api/job/${id}`
+
+  const onA = await run(a.baseUrl, 1)
+  const seen = await followJob(jobUrl(b.baseUrl, onA))
+  t.same(seen.seen.at(-1), 'succeeded', 'a job started through A runs to its end, as B sees it')
+  const broken = await run(b.baseUrl, 2)
+  t.match((await followJob(jobUrl(a.baseUrl, broken))).job, { status: 'failed', error: /legacy_orders/ }, 'and the other way round')
+
+  // Each starts a run (they last about a second); A stops meanwhile.
+  const cutShort = await run(a.baseUrl, 1)
+  const goesOn = await run(b.baseUrl, 1)
+  const { code } = await a.stop('SIGTERM')
+  t.equal(code, 0, 'A stopped gracefully')
+  t.match((await send({ method: 'GET', headers: {}, url: jobUrl(b.baseUrl, cutShort) })).body, { status: 'failed', error: INTERRUPTED },
+    'A failed its own run as it stopped')
+  t.equal((await followJob(jobUrl(b.baseUrl, goesOn))).job.status, 'succeeded', 'B\'s run was left to finish')
+  const rows = await client.query(`SELECT count(*)::int AS n FROM "${schema}".example_jobs`)
+  t.equal(rows.rows[0].n, 4, 'the jobs are rows in PostgreSQL')
+  await b.stop('SIGTERM')
 })
