@@ -251,7 +251,19 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     if (rows.length > limit) {
       throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
     }
-    return { granularity, rows: rows.map((r) => ({ ...r, start: r.start.toISOString() })) }
+    // Rows come by start: write each start's text once.
+    let last: Date | null = null
+    let text = ''
+    return {
+      granularity,
+      rows: rows.map((r) => {
+        if (r.start !== last) {
+          last = r.start
+          text = r.start.toISOString()
+        }
+        return { ...r, start: text }
+      })
+    }
   })
 
   app.get('/:organization/:project/audit', {

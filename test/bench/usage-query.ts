@@ -1,0 +1,101 @@
+// Usage query benchmark (not a test; issue "8 ·"): a year of hourly usage
+// history for 100 keys on SQLite, then the usage route as a user calls it,
+// timed through the plugin (app.inject: routing, schema, flush, query,
+// serialisation), median and p95 of 20 runs after a warm-up.
+//
+//   npx tsx test/bench/usage-query.ts
+//
+// Env: BENCH_KEYS (default 100), BENCH_DAYS (default 365).
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Fastify from 'fastify'
+import dataEndpoints, { SqliteStorage, type UsageCount } from '../../lib/index.js'
+import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+
+const KEYS = Number(process.env.BENCH_KEYS ?? 100)
+const DAYS = Number(process.env.BENCH_DAYS ?? 365)
+const HOUR = 3_600_000
+const ADMIN = { 'x-permissions': 'ManageAPIKeys' }
+const P = '/api-keys/acme/shop'
+
+const dir = mkdtempSync(join(tmpdir(), 'fde-bench-usage-'))
+const storage = new SqliteStorage({ filename: join(dir, 'usage.db') })
+const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
+const app = Fastify()
+await app.register(dataEndpoints, {
+  storage,
+  datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
+  pipelines: jobs,
+  jobs,
+  bcryptCost: 4,
+  managementUi: false,
+  getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',')
+})
+await app.ready()
+
+try {
+  // 100 keys over two endpoints, as a project with a busy dataset would have.
+  const keys: string[] = []
+  for (let i = 0; i < KEYS; i++) keys.push((await app.inject({ method: 'POST', url: `${P}/keys`, headers: ADMIN, payload: { purpose: `client ${i}` } })).json().id)
+  await app.inject({ method: 'PUT', url: `${P}/endpoints/1/dataset/1`, headers: ADMIN, payload: { keyIds: keys.slice(0, KEYS / 2) } })
+  await app.inject({ method: 'PUT', url: `${P}/endpoints/1/pipeline/1`, headers: ADMIN, payload: { keyIds: keys.slice(KEYS / 2) } })
+  const endpoints = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string, type: string }>
+  const endpointOf = (i: number): string => endpoints[i < KEYS / 2 ? 0 : 1].id
+
+  // Every key calls every hour; one hour in 24 also sees a wrong secret for
+  // it, one in 50 a request with no key. Written through the storage's own
+  // batched path, a day at a time.
+  const end = Math.floor(Date.now() / HOUR) * HOUR
+  const start = end - DAYS * 24 * HOUR
+  const began = Date.now()
+  let buckets = 0
+  for (let day = start; day < end; day += 24 * HOUR) {
+    const counts = new Map<string, UsageCount>()
+    for (let hour = day; hour < day + 24 * HOUR; hour += HOUR) {
+      for (let i = 0; i < KEYS; i++) {
+        const endpointId = endpointOf(i)
+        counts.set(`${hour}|${i}|ok`, { hour, endpointId, keyId: keys[i], outcome: 'ok', count: 1 + ((hour / HOUR + i) % 7) })
+        if ((hour / HOUR + i) % 24 === 0) counts.set(`${hour}|${i}|u`, { hour, endpointId, keyId: keys[i], outcome: 'unknown_key', count: 2 })
+      }
+      if ((hour / HOUR) % 50 === 0) counts.set(`${hour}|none`, { hour, endpointId: endpointOf(0), keyId: null, outcome: 'no_key', count: 1 })
+    }
+    buckets += counts.size
+    await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
+  }
+  console.log(`${buckets.toLocaleString('en')} hourly buckets (${KEYS} keys, ${DAYS} days) written in ${((Date.now() - began) / 1000).toFixed(1)} s`)
+
+  const from = new Date(start).toISOString()
+  const to = new Date(end).toISOString()
+  const day = new Date(end - 24 * HOUR).toISOString()
+  const week = new Date(end - 7 * 24 * HOUR).toISOString()
+  const cases: Array<[string, string]> = [
+    ['one key, a year by hour', `granularity=hour&from=${from}&to=${to}&keyId=${keys[7]}`],
+    ['one key on its endpoint, a year by hour', `granularity=hour&from=${from}&to=${to}&keyId=${keys[7]}&endpointId=${endpointOf(7)}`],
+    ['all keys, a year by day', `granularity=day&from=${from}&to=${to}`],
+    ['one endpoint, a year by day', `granularity=day&from=${from}&to=${to}&endpointId=${endpointOf(0)}`],
+    ['all keys, the last 24 hours by hour (the page)', `granularity=hour&from=${day}&to=${to}`],
+    ['all keys, the last 7 days by hour', `granularity=hour&from=${week}&to=${to}`],
+    ['all keys, a year by hour (over the row cap: 400)', `granularity=hour&from=${from}&to=${to}`]
+  ]
+  console.log('| query | rows | status | median (ms) | p95 (ms) |\n|---|---:|---:|---:|---:|')
+  for (const [label, query] of cases) {
+    const url = `${P}/usage?${query}`
+    const first = await app.inject({ url, headers: ADMIN })
+    const rows = first.statusCode === 200 ? (first.json() as { rows: unknown[] }).rows.length : 0
+    const times: number[] = []
+    for (let i = 0; i < 22; i++) {
+      const t0 = process.hrtime.bigint()
+      const res = await app.inject({ url, headers: ADMIN })
+      if (res.statusCode !== first.statusCode) throw new Error(`${label}: ${res.statusCode}`)
+      if (i >= 2) times.push(Number(process.hrtime.bigint() - t0) / 1e6)
+    }
+    times.sort((a, b) => a - b)
+    const at = (q: number): string => times[Math.min(times.length - 1, Math.floor(q * times.length))].toFixed(1)
+    console.log(`| ${label} | ${rows.toLocaleString('en')} | ${first.statusCode} | ${at(0.5)} | ${at(0.95)} |`)
+  }
+} finally {
+  await app.close()
+  if (process.env.BENCH_KEEP === undefined) rmSync(dir, { recursive: true, force: true })
+  else console.log(`kept ${dir}`)
+}
