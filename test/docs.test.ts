@@ -9,7 +9,7 @@ import ts from 'typescript'
 // against the package's own types.
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-const documents = ['README.md', 'BENCHMARKS.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
+const documents = ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to dashes. */
 function slug (heading: string): string {

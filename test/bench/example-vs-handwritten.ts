@@ -5,7 +5,7 @@
 // route sending the precomputed bytes is kept as a record. Not a test: run it
 // with
 //   npx tsx test/bench/example-vs-handwritten.ts [seconds-per-run] [levels, e.g. info,warn]
-// and record the printed table in BENCHMARKS.md. The server runs compiled
+// and record the printed table in docs/benchmarks.md. The server runs compiled
 // under plain node (compile.ts); see example-bench-server.ts.
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'

@@ -1,6 +1,6 @@
 // The fair bcrypt queue under a guessing flood (issue "9 ·"). Not a test: run
 //   npx tsx test/bench/fair-queue.ts [rounds]
-// and record the printed table in BENCHMARKS.md.
+// and record the printed table in docs/benchmarks.md.
 //
 // 150 connections, each from its own loopback address (127.0.x.y, so the
 // per-address failure throttle sees 150 clients), send random secrets for one

@@ -1,7 +1,7 @@
 // Benchmarks of the request path (issue "3 ·"), each against a bare Fastify
 // route in the same server and the same run. Not a test: run it with
 //   npx tsx test/bench/verification.ts [seconds-per-run] [scenarios, e.g. ad]
-// and record the printed table in BENCHMARKS.md.
+// and record the printed table in docs/benchmarks.md.
 //   (a) authenticated format=json GET of a small dataset vs the bare route
 //   (b) first-request verification cost with 1, 10 and 100 keys assigned
 //   (c) legitimate traffic during a wrong-secret flood on a known prefix
