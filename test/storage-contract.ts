@@ -545,6 +545,40 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(tuples(await s.queryUsage(p, { ...everything, granularity: 'hour', limit: 2 })), expectedHours.slice(0, 2), 'limit')
       t.same(await s.queryUsage(newProject(), { ...everything, granularity: 'hour' }), [], 'another project sees none of it')
       t.same(await s.queryUsage(p, { ...everything, granularity: 'hour', keyId: randomUUID() }), [], 'an unknown key id')
+
+      // Both endpoints with buckets in the same hours: an adapter that reads
+      // an endpoint at a time must still give one list by start, then endpoint.
+      await s.applyUsage(countsBatch([
+        { hour: hourOf(4, 0), endpointId: id2, keyId: k1.id, outcome: 'ok', count: 1 },
+        { hour: hourOf(4, 0), endpointId: id1, keyId: k2.id, outcome: 'ok', count: 2 },
+        { hour: hourOf(4, 0), endpointId: id1, keyId: k1.id, outcome: 'ok', count: 3 },
+        { hour: hourOf(4, 1), endpointId: id1, keyId: k1.id, outcome: 'ok', count: 4 },
+        { hour: hourOf(4, 2), endpointId: id2, keyId: k2.id, outcome: 'ok', count: 5 },
+        { hour: hourOf(4, 2), endpointId: id2, keyId: null, outcome: 'no_key', count: 6 },
+        { hour: hourOf(4, 2), endpointId: id1, keyId: k1.id, outcome: 'disabled', count: 7 }
+      ]))
+      const shared = { granularity: 'hour', from: new Date(hourOf(4, 0)), to: new Date(hourOf(5, 0)), limit: 100 } as const
+      const sharedRows: RowTuple[] = inUsageOrder([
+        [hourOf(4, 0), id2, k1.id, 'ok', 1],
+        [hourOf(4, 0), id1, k2.id, 'ok', 2],
+        [hourOf(4, 0), id1, k1.id, 'ok', 3],
+        [hourOf(4, 1), id1, k1.id, 'ok', 4],
+        [hourOf(4, 2), id2, k2.id, 'ok', 5],
+        [hourOf(4, 2), id2, null, 'no_key', 6],
+        [hourOf(4, 2), id1, k1.id, 'disabled', 7]
+      ])
+      t.same(tuples(await s.queryUsage(p, shared)), sharedRows, 'endpoints sharing hours come merged in the documented order')
+      for (const limit of [1, 2, 4, 6]) {
+        t.same(tuples(await s.queryUsage(p, { ...shared, limit })), sharedRows.slice(0, limit), `limit ${limit} cuts the merged list`)
+      }
+      t.same(tuples(await s.queryUsage(p, { ...shared, granularity: 'day', from: new Date(Date.UTC(2030, 0, 4)) })), inUsageOrder([
+        [Date.UTC(2030, 0, 4), id1, k1.id, 'disabled', 7],
+        [Date.UTC(2030, 0, 4), id1, k1.id, 'ok', 7],
+        [Date.UTC(2030, 0, 4), id1, k2.id, 'ok', 2],
+        [Date.UTC(2030, 0, 4), id2, null, 'no_key', 6],
+        [Date.UTC(2030, 0, 4), id2, k1.id, 'ok', 1],
+        [Date.UTC(2030, 0, 4), id2, k2.id, 'ok', 5]
+      ]), 'and their day')
     })
 
     t.test('usage history: an endpoint\'s goes with it, a deleted key\'s stays; counts for a deleted endpoint are dropped', async (t) => {

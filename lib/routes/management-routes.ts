@@ -6,6 +6,7 @@ import { generateKey } from '../keys/api-key.js'
 import type { PluginContext } from '../context.js'
 import { endpointPath } from './endpoint-path.js'
 import { sendError } from './error-reply.js'
+import { usageAnswerJson } from './usage-answer.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, KeyNotFoundError,
   ManagementNotAuthorizedError, PipelineNotFoundError
@@ -234,7 +235,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
 
   app.get('/:organization/:project/usage', {
     schema: { params: ProjectParams, querystring: UsageQuerystring, response: { 200: UsageAnswer, ...errors(400, 403) } }
-  }, async (request) => {
+  }, async (request, reply) => {
     const { granularity = 'hour', keyId, endpointId } = request.query
     const size = granularity === 'hour' ? HOUR_MS : DAY_MS
     const to = request.query.to === undefined ? new Date() : new Date(request.query.to)
@@ -251,19 +252,10 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     if (rows.length > limit) {
       throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
     }
-    // Rows come by start: write each start's text once.
-    let last: Date | null = null
-    let text = ''
-    return {
-      granularity,
-      rows: rows.map((r) => {
-        if (r.start !== last) {
-          last = r.start
-          text = r.start.toISOString()
-        }
-        return { ...r, start: text }
-      })
-    }
+    // The schema documents the answer; usageAnswerJson writes its text, which
+    // Fastify sends as it is (a string with a JSON content type).
+    const text: unknown = usageAnswerJson(granularity, rows)
+    return reply.type('application/json; charset=utf-8').send(text as Static<typeof UsageAnswer>)
   })
 
   app.get('/:organization/:project/audit', {

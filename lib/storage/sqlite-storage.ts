@@ -191,27 +191,79 @@ interface UsageSelect {
   project: string
   from: number
   to: number
-  key_id: string | null
+  key_id: string
   endpoint_id: string | null
   limit: number
 }
 
-/** The project's buckets in one of the two history tables. */
+interface EndpointUsageSelect {
+  endpoint_id: string
+  from: number
+  to: number
+  limit: number
+}
+
 /**
- * The project's buckets in one of the two history tables, as arrays (start,
- * endpoint, key, outcome, count). One key's buckets are read through the key
- * index, named: with the key and the range as parameters SQLite guesses the
- * primary key's range cheaper, and reads every key's buckets of the range.
+ * One key's buckets in one of the two history tables, as arrays (start,
+ * endpoint, key, outcome, count), read through the key index, named: with
+ * the key and the range as parameters SQLite guesses the primary key's range
+ * cheaper, and reads every key's buckets of the range.
  */
-function usageSelect (table: 'usage_hourly' | 'usage_daily', byKey: boolean): string {
+function keyUsageSelect (table: 'usage_hourly' | 'usage_daily'): string {
   return `SELECT u.start, u.endpoint_id, u.key_id, u.outcome, u.count
-            FROM endpoints e JOIN ${table} u ${byKey ? `INDEXED BY ${table}_key` : ''} ON u.endpoint_id = e.id
+            FROM endpoints e JOIN ${table} u INDEXED BY ${table}_key ON u.endpoint_id = e.id
            WHERE e.organization = @organization AND e.project = @project
              AND (@endpoint_id IS NULL OR e.id = @endpoint_id)
              AND u.start >= @from AND u.start < @to
-             ${byKey ? 'AND u.key_id = @key_id' : ''}
+             AND u.key_id = @key_id
            ORDER BY u.start, u.endpoint_id, u.key_id, u.outcome
            LIMIT @limit`
+}
+
+/**
+ * One endpoint's buckets of a range (start, key, outcome, count), in the
+ * primary key's order: read in order, with no sort. The project's buckets
+ * are read an endpoint at a time and merged by start (mergeByStart): one
+ * query over all of them sorted every row of the answer in a temporary
+ * B-tree, which was half its time.
+ */
+function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily'): string {
+  return `SELECT start, key_id, outcome, count FROM ${table}
+           WHERE endpoint_id = @endpoint_id AND start >= @from AND start < @to
+           ORDER BY start, key_id, outcome
+           LIMIT @limit`
+}
+
+/** start, key id ('' for none), outcome, count */
+type EndpointUsageTuple = [number, string, UsageOutcome, number]
+
+/**
+ * Endpoints' buckets (`parts[i]` of `endpointIds[i]`, each by start) as one
+ * list by start, then endpoint in the order given, at most `limit` rows.
+ * Rows of one start share one Date.
+ */
+function mergeByStart (endpointIds: readonly string[], parts: readonly EndpointUsageTuple[][], limit: number): UsageRow[] {
+  const rows: UsageRow[] = []
+  const next = parts.map(() => 0)
+  while (rows.length < limit) {
+    let start = Infinity
+    for (let i = 0; i < parts.length; i++) {
+      if (next[i] < parts[i].length && parts[i][next[i]][0] < start) start = parts[i][next[i]][0]
+    }
+    if (start === Infinity) break
+    const at = new Date(start)
+    for (let i = 0; i < parts.length && rows.length < limit; i++) {
+      const part = parts[i]
+      const endpointId = endpointIds[i]
+      let j = next[i]
+      for (; j < part.length && part[j][0] === start && rows.length < limit; j++) {
+        const [, keyId, outcome, count] = part[j]
+        rows.push({ start: at, endpointId, keyId: keyId === '' ? null : keyId, outcome, count })
+      }
+      next[i] = j
+    }
+  }
+  return rows
 }
 
 function locatorParams (l: EndpointLocator): [string, string, number, string, number] {
@@ -259,10 +311,13 @@ export class SqliteStorage implements Storage {
         `INSERT INTO usage_daily (endpoint_id, start, key_id, outcome, count)
          SELECT @endpoint_id, @start, @key_id, @outcome, @count WHERE @count > 0 AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
          ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count`),
-      usageByHour: db.prepare<UsageSelect, UsageRowTuple>(usageSelect('usage_hourly', false)).raw(),
-      usageByDay: db.prepare<UsageSelect, UsageRowTuple>(usageSelect('usage_daily', false)).raw(),
-      keyUsageByHour: db.prepare<UsageSelect & { key_id: string }, UsageRowTuple>(usageSelect('usage_hourly', true)).raw(),
-      keyUsageByDay: db.prepare<UsageSelect & { key_id: string }, UsageRowTuple>(usageSelect('usage_daily', true)).raw(),
+      usageEndpoints: db.prepare<{ organization: string, project: string, endpoint_id: string | null }, string>(
+        `SELECT id FROM endpoints WHERE organization = @organization AND project = @project
+           AND (@endpoint_id IS NULL OR id = @endpoint_id) ORDER BY id`).pluck(),
+      endpointUsageByHour: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_hourly')).raw(),
+      endpointUsageByDay: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_daily')).raw(),
+      keyUsageByHour: db.prepare<UsageSelect, UsageRowTuple>(keyUsageSelect('usage_hourly')).raw(),
+      keyUsageByDay: db.prepare<UsageSelect, UsageRowTuple>(keyUsageSelect('usage_daily')).raw(),
       pruneHourly: db.prepare<[number]>('DELETE FROM usage_hourly WHERE start < ?'),
       pruneDaily: db.prepare<[number]>('DELETE FROM usage_daily WHERE start < ?'),
       listKeys: db.prepare<[string, string], KeyRow>(
@@ -357,23 +412,27 @@ export class SqliteStorage implements Storage {
 
   async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
     const s = this.statements
-    const params = {
-      organization: project.organization,
-      project: project.project,
-      from: query.from.getTime(),
-      to: query.to.getTime(),
-      endpoint_id: query.endpointId ?? null,
-      limit: query.limit
+    const from = query.from.getTime()
+    const to = query.to.getTime()
+    const endpointId = query.endpointId ?? null
+    const { keyId, limit } = query
+    if (keyId !== undefined) {
+      const rows = (query.granularity === 'day' ? s.keyUsageByDay : s.keyUsageByHour)
+        .all({ organization: project.organization, project: project.project, from, to, endpoint_id: endpointId, key_id: keyId, limit })
+      // Rows come by start: consecutive rows share one Date.
+      let start = new Date(0)
+      return rows.map(([at, endpointId, keyId, outcome, count]) => {
+        if (start.getTime() !== at) start = new Date(at)
+        return { start, endpointId, keyId: keyId === '' ? null : keyId, outcome, count }
+      })
     }
-    const rows = query.keyId === undefined
-      ? (query.granularity === 'day' ? s.usageByDay : s.usageByHour).all({ ...params, key_id: null })
-      : (query.granularity === 'day' ? s.keyUsageByDay : s.keyUsageByHour).all({ ...params, key_id: query.keyId })
-    // Rows come by start: consecutive rows share one Date.
-    let start = new Date(0)
-    return rows.map(([at, endpointId, keyId, outcome, count]) => {
-      if (start.getTime() !== at) start = new Date(at)
-      return { start, endpointId, keyId: keyId === '' ? null : keyId, outcome, count }
-    })
+    const select = query.granularity === 'day' ? s.endpointUsageByDay : s.endpointUsageByHour
+    // One read transaction: every endpoint's buckets as of the same moment.
+    return this.db.transaction(() => {
+      const endpointIds = s.usageEndpoints.all({ organization: project.organization, project: project.project, endpoint_id: endpointId })
+      const parts = endpointIds.map((id) => select.all({ endpoint_id: id, from, to, limit }))
+      return mergeByStart(endpointIds, parts, limit)
+    }).deferred()
   }
 
   async pruneUsage (before: Date): Promise<number> {

@@ -1,0 +1,29 @@
+import { test } from 'tap'
+import { usageAnswerJson } from '../../lib/routes/usage-answer.js'
+import type { UsageRow } from '../../lib/storage/storage.js'
+
+// The usage route writes its answer by hand (lib/routes/usage-answer.ts); it
+// must be exactly what JSON.stringify makes of the documented object.
+function reference (granularity: 'hour' | 'day', rows: UsageRow[]): string {
+  return JSON.stringify({ granularity, rows: rows.map((r) => ({ ...r, start: r.start.toISOString() })) })
+}
+
+test('the usage answer is the JSON of the documented object, byte for byte', async (t) => {
+  const hour = new Date(Date.UTC(2030, 0, 1, 10))
+  const rows: UsageRow[] = [
+    { start: hour, endpointId: 'e1', keyId: 'k1', outcome: 'ok', count: 3 },
+    { start: hour, endpointId: 'e1', keyId: null, outcome: 'no_key', count: 1 },
+    // the same start as a Date of its own (an adapter need not share them)
+    { start: new Date(hour.getTime()), endpointId: 'e2', keyId: 'k1', outcome: 'unknown_key', count: 2 },
+    { start: new Date(Date.UTC(2030, 0, 1, 11)), endpointId: 'e2', keyId: 'k2', outcome: 'expired', count: 9_007_199_254_740_991 },
+    // back to an endpoint seen before, and ids that JSON must escape
+    { start: new Date(Date.UTC(2030, 0, 1, 11)), endpointId: 'e1', keyId: 'quote " and \\ and \u2028', outcome: 'disabled', count: 1 },
+    { start: new Date(Date.UTC(2030, 0, 1, 12)), endpointId: 'end"point', keyId: null, outcome: 'unknown_prefix', count: 2 }
+  ]
+  for (const granularity of ['hour', 'day'] as const) {
+    t.equal(usageAnswerJson(granularity, rows), reference(granularity, rows), `${granularity}: rows`)
+    t.equal(usageAnswerJson(granularity, []), reference(granularity, []), `${granularity}: no rows`)
+    t.equal(usageAnswerJson(granularity, rows.slice(0, 1)), reference(granularity, rows.slice(0, 1)), `${granularity}: one row`)
+  }
+  t.same(JSON.parse(usageAnswerJson('hour', rows)).rows[4].keyId, 'quote " and \\ and \u2028', 'an escaped id reads back')
+})
