@@ -579,6 +579,11 @@ export async function storageContract (t: Test, name: string, open: () => Promis
         [Date.UTC(2030, 0, 4), id2, k1.id, 'ok', 1],
         [Date.UTC(2030, 0, 4), id2, k2.id, 'ok', 5]
       ]), 'and their day')
+      // A bucket may name a key of another project (a wrong secret on its prefix, say): it names it all the same.
+      const stranger = await keyIn(s, newProject())
+      await s.applyUsage(countsBatch([{ hour: hourOf(6, 0), endpointId: id1, keyId: stranger.id, outcome: 'unknown_key', count: 1 }]))
+      t.same(tuples(await s.queryUsage(p, { ...shared, from: new Date(hourOf(6, 0)), to: new Date(hourOf(7, 0)) })),
+        [[hourOf(6, 0), id1, stranger.id, 'unknown_key', 1]], 'a key of another project')
     })
 
     t.test('usage history: an endpoint\'s goes with it, a deleted key\'s stays; counts for a deleted endpoint are dropped', async (t) => {

@@ -1,7 +1,8 @@
 // Usage query benchmark (not a test; issue "8 ·"): a year of hourly usage
 // history for 100 keys on SQLite, then the usage route as a user calls it,
-// timed through the plugin (app.inject: routing, schema, flush, query,
-// serialisation), median and p95 of 20 runs after a warm-up.
+// timed through the plugin (routing, schema, flush, query, serialisation),
+// median and p95 of 20 runs after a warm-up: once through app.inject, once
+// over real HTTP on loopback (fetch, the whole body read).
 //
 //   npx tsx test/bench/usage-query.ts
 //
@@ -78,21 +79,35 @@ try {
     ['all keys, the last 7 days by hour', `granularity=hour&from=${week}&to=${to}`],
     ['all keys, a year by hour (over the row cap: 400)', `granularity=hour&from=${from}&to=${to}`]
   ]
-  console.log('| query | rows | status | median (ms) | p95 (ms) |\n|---|---:|---:|---:|---:|')
+  const address = await app.listen({ host: '127.0.0.1', port: 0 })
+  /** Status and body length of one call, over HTTP or through inject. */
+  const call = async (url: string, http: boolean): Promise<[number, number]> => {
+    if (!http) {
+      const res = await app.inject({ url, headers: ADMIN })
+      return [res.statusCode, res.rawPayload.length]
+    }
+    const res = await fetch(address + url, { headers: ADMIN })
+    return [res.status, (await res.arrayBuffer()).byteLength]
+  }
+  console.log('| query | rows | status | inject: median (ms) | p95 (ms) | HTTP: median (ms) | p95 (ms) |\n|---|---:|---:|---:|---:|---:|---:|')
   for (const [label, query] of cases) {
     const url = `${P}/usage?${query}`
     const first = await app.inject({ url, headers: ADMIN })
     const rows = first.statusCode === 200 ? (first.json() as { rows: unknown[] }).rows.length : 0
-    const times: number[] = []
-    for (let i = 0; i < 22; i++) {
-      const t0 = process.hrtime.bigint()
-      const res = await app.inject({ url, headers: ADMIN })
-      if (res.statusCode !== first.statusCode) throw new Error(`${label}: ${res.statusCode}`)
-      if (i >= 2) times.push(Number(process.hrtime.bigint() - t0) / 1e6)
+    const figures: string[] = []
+    for (const http of [false, true]) {
+      const times: number[] = []
+      for (let i = 0; i < 22; i++) {
+        const t0 = process.hrtime.bigint()
+        const [status, length] = await call(url, http)
+        if (status !== first.statusCode || length !== first.rawPayload.length) throw new Error(`${label}: ${status}, ${length} bytes`)
+        if (i >= 2) times.push(Number(process.hrtime.bigint() - t0) / 1e6)
+      }
+      times.sort((a, b) => a - b)
+      const at = (q: number): string => times[Math.min(times.length - 1, Math.floor(q * times.length))].toFixed(1)
+      figures.push(at(0.5), at(0.95))
     }
-    times.sort((a, b) => a - b)
-    const at = (q: number): string => times[Math.min(times.length - 1, Math.floor(q * times.length))].toFixed(1)
-    console.log(`| ${label} | ${rows.toLocaleString('en')} | ${first.statusCode} | ${at(0.5)} | ${at(0.95)} |`)
+    console.log(`| ${label} | ${rows.toLocaleString('en')} | ${first.statusCode} | ${figures.join(' | ')} |`)
   }
 } finally {
   await app.close()
