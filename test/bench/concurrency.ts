@@ -32,23 +32,16 @@ import { fileURLToPath } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import Database from 'better-sqlite3'
 import Fastify from 'fastify'
-import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DatasetSource } from '../../lib/index.js'
+import dataEndpoints, { SqliteStorage, type DatasetSource } from '../../lib/index.js'
 import { MemoryJobs } from '../fixtures.js'
 import { compileForBench } from './compile.js'
+import { createEventsTable, eventsDataset } from './events-table.js'
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 const SLOW_CLIENTS = Number(process.env.BENCH_SLOW_CLIENTS ?? 100)
 const LABEL = process.env.BENCH_LABEL ?? 'this code'
 const PROBE_EVERY_MS = 20
 
-const COLUMNS: Column[] = [
-  { name: 'id', type: 'integer', primaryKey: true, nullable: false },
-  { name: 'ts', type: 'timestamp', withTimeZone: true, nullable: false },
-  { name: 'kind', type: 'text', nullable: false },
-  { name: 'value', type: 'float' },
-  { name: 'payload', type: 'text' }
-]
-const SELECT = 'SELECT id, ts, kind, value, payload FROM events ORDER BY id'
 const MiB = 2 ** 20
 
 // ---- child: the server ------------------------------------------------------
@@ -58,14 +51,7 @@ interface Live { rss: number, heapUsed: number, external: number, sent: number }
 
 async function serve (file: string): Promise<void> {
   const db = new Database(file, { readonly: true })
-  const dataset: Dataset = {
-    name: 'events',
-    entities: [{ name: 'events', columns: COLUMNS }],
-    rows: (_entity, { limit }) => {
-      const rows = db.prepare(limit === undefined ? SELECT : `${SELECT} LIMIT ${limit}`).raw().iterate() as Iterable<unknown[]>
-      return process.env.BENCH_SOURCE === 'async' ? (async function * () { yield * rows })() : rows
-    }
-  }
+  const dataset = eventsDataset(db)
   const datasets: DatasetSource = { getDataset: async (ref) => (ref.resourceSequence === 1 ? dataset : null) }
   const jobs = new MemoryJobs()
   const job = jobs.addJob({ type: 'pipeline', status: 'running' })
@@ -130,22 +116,6 @@ async function serve (file: string): Promise<void> {
 }
 
 // ---- parent: readers, probe, table -------------------------------------------
-
-function createTable (file: string): void {
-  const db = new Database(file)
-  db.pragma('journal_mode = WAL')
-  db.exec('CREATE TABLE events (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, kind TEXT NOT NULL, value REAL, payload TEXT)')
-  const insert = db.prepare('INSERT INTO events VALUES (?, ?, ?, ?, ?)')
-  const kinds = ['page_view', 'click', 'add_to_cart', 'purchase', 'error']
-  const start = Date.UTC(2024, 0, 1)
-  db.transaction(() => {
-    for (let i = 1; i <= ROWS; i++) {
-      const payload = i % 10 === 0 ? null : `{"path":"/products/${i % 97}","session":"${(i * 7919).toString(36).padStart(8, '0')}"}`
-      insert.run(i, new Date(start + i * 1500).toISOString(), kinds[i % 5], i % 13 === 0 ? null : (i * 0.37) % 1000, payload)
-    }
-  })()
-  db.close()
-}
 
 let compiled = ''
 let table = ''
@@ -311,7 +281,7 @@ async function main (): Promise<void> {
     process.stdout.write('compiling ... ')
     compiled = compileForBench(fileURLToPath(import.meta.url), join(dir, 'build'))
     process.stdout.write(`creating ${ROWS} rows ... `)
-    createTable(file)
+    createEventsTable(file, ROWS)
     table = file
     console.log('done')
 

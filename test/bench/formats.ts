@@ -29,9 +29,10 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import Database from 'better-sqlite3'
 import Fastify, { type FastifyInstance } from 'fastify'
-import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DatasetSource } from '../../lib/index.js'
+import dataEndpoints, { SqliteStorage, type DatasetSource } from '../../lib/index.js'
 import { MemoryJobs } from '../fixtures.js'
 import { compileForBench } from './compile.js'
+import { createEventsTable, eventsDataset, EVENTS_SELECT } from './events-table.js'
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 const REPEAT = Number(process.env.BENCH_REPEAT ?? 3)
@@ -41,14 +42,6 @@ const CASES = (process.env.BENCH_CASES ?? [
 ].join(',')).split(',')
 const ENCODINGS = (process.env.BENCH_ENCODINGS ?? 'identity').split(',')
 
-const COLUMNS: Column[] = [
-  { name: 'id', type: 'integer', primaryKey: true, nullable: false },
-  { name: 'ts', type: 'timestamp', withTimeZone: true, nullable: false },
-  { name: 'kind', type: 'text', nullable: false },
-  { name: 'value', type: 'float' },
-  { name: 'payload', type: 'text' }
-]
-const SELECT = 'SELECT id, ts, kind, value, payload FROM events ORDER BY id'
 
 interface Memory { sampledMB: number, maxRssMB: number, cpuSeconds: number }
 
@@ -72,17 +65,7 @@ function memoryWatch (): () => Memory {
 
 async function serve (file: string): Promise<void> {
   const db = new Database(file, { readonly: true })
-  const dataset: Dataset = {
-    name: 'events',
-    entities: [{ name: 'events', columns: COLUMNS }],
-    // better-sqlite3's cursor as it is: a plain iterator, read a chunk at a
-    // time. BENCH_SOURCE=async wraps it in an async generator instead, as a
-    // host with an asynchronous driver would hand rows over.
-    rows: (_entity, { limit }) => {
-      const rows = db.prepare(limit === undefined ? SELECT : `${SELECT} LIMIT ${limit}`).raw().iterate() as Iterable<unknown[]>
-      return process.env.BENCH_SOURCE === 'async' ? (async function * () { yield * rows })() : rows
-    }
-  }
+  const dataset = eventsDataset(db)
   const datasets: DatasetSource = { getDataset: async (ref) => (ref.resourceSequence === 1 ? dataset : null) }
   const jobs = new MemoryJobs()
   const app = Fastify({ logger: false })
@@ -129,7 +112,7 @@ async function serveHandWritten (file: string): Promise<void> {
     const send = async (): Promise<void> => {
       let chunk = '{"events":[\n'
       let first = true
-      for (const row of db.prepare(SELECT).iterate()) {
+      for (const row of db.prepare(EVENTS_SELECT).iterate()) {
         chunk += (first ? '' : ',\n') + JSON.stringify(row)
         first = false
         if (chunk.length >= 64 * 1024) {
@@ -151,7 +134,7 @@ function baseline (file: string): void {
   const watch = memoryWatch()
   let rows = 0
   let bytes = 0
-  for (const row of db.prepare(SELECT).iterate()) {
+  for (const row of db.prepare(EVENTS_SELECT).iterate()) {
     bytes += JSON.stringify(row).length
     rows++
   }
@@ -161,22 +144,6 @@ function baseline (file: string): void {
 }
 
 // ---- parent: builds the table, runs each case in a child ------------------
-
-function createTable (file: string): void {
-  const db = new Database(file)
-  db.pragma('journal_mode = WAL')
-  db.exec('CREATE TABLE events (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, kind TEXT NOT NULL, value REAL, payload TEXT)')
-  const insert = db.prepare('INSERT INTO events VALUES (?, ?, ?, ?, ?)')
-  const kinds = ['page_view', 'click', 'add_to_cart', 'purchase', 'error']
-  const start = Date.UTC(2024, 0, 1)
-  db.transaction(() => {
-    for (let i = 1; i <= ROWS; i++) {
-      const payload = i % 10 === 0 ? null : `{"path":"/products/${i % 97}","session":"${(i * 7919).toString(36).padStart(8, '0')}"}`
-      insert.run(i, new Date(start + i * 1500).toISOString(), kinds[i % 5], i % 13 === 0 ? null : (i * 0.37) % 1000, payload)
-    }
-  })()
-  db.close()
-}
 
 /** Compiles this file and its imports to `dir`; returns the compiled path of this file. */
 function compile (dir: string): string {
@@ -217,7 +184,7 @@ async function main (): Promise<void> {
     process.stdout.write('compiling ... ')
     compiled = compile(join(dir, 'build'))
     process.stdout.write(`creating ${ROWS} rows ... `)
-    createTable(file)
+    createEventsTable(file, ROWS)
     console.log('done')
 
     // The runs go round by round (baseline, reference, each case, then again),
