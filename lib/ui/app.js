@@ -94,9 +94,15 @@ function showError (action, err) {
   $('#error').hidden = false
 }
 
-/** Runs an action; its failure shows the API's message. */
+/**
+ * Runs an action; its failure shows the API's message. The last action's
+ * status goes first, so that the same words said again (a second save of
+ * the same key) are a change that screen readers announce, and no one reads
+ * an old status as the new action's.
+ */
 async function attempt (action, work) {
   clearError()
+  setStatus('')
   try {
     await work()
     return true

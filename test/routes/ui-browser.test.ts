@@ -546,9 +546,17 @@ if (chromiumAvailable(t)) {
     t.ok(await page.locator('#edit-dialog').isVisible(), 'the dialog stays open')
     await edit.getByRole('button', { name: 'Clear the expiry: the key does not expire' }).click()
     t.equal(await validity(edit.getByLabel('Expires')), '', 'cleared: valid')
+    // The status already reads "Key … saved." from the edit before: what it says meanwhile is recorded.
+    await page.evaluate(`{
+      const status = document.getElementById('status')
+      window.said = []
+      new MutationObserver(() => window.said.push(status.textContent)).observe(status, { childList: true, characterData: true, subtree: true })
+    }`)
     await edit.getByRole('button', { name: 'Save' }).click()
-    // The status already reads "saved" from the edit before: wait for the list itself.
     await page.locator('#keys-table tbody tr', { hasText: expiring }).locator('td').nth(4).getByText('never', { exact: true }).waitFor()
+    await page.getByRole('status').getByText(`Key ${expiring} saved.`).waitFor()
+    t.same(await page.evaluate<string[]>('window.said'), ['', `Key ${expiring} saved.`],
+      'the same status said again is emptied first: a change that a screen reader announces')
     t.equal(await stored(expiring), null, 'never expires')
     t.equal((await keyRow(page, expiring))[4], 'never')
 
