@@ -1,7 +1,7 @@
 import type { Column, Entity, Row } from '../host/dataset-source.js'
 import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './types.js'
-import { entityChunks, rowWriter, separated, type CellWriter } from './rows.js'
+import { entityChunks, perEntity, rowWriter, separated, type CellWriter } from './rows.js'
 import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText } from './values.js'
 
 // json and json-zip. bigint and decimal are strings (no precision lost),
@@ -69,9 +69,11 @@ export function jsonRowWriter (entity: Entity, start = ''): (row: Row) => string
  * One entity as a JSON array of row objects, one row per line, in chunks,
  * with `before` and `after` around it.
  */
+/** The first row's writer, and the others' (the separator written with the first key: no concatenation of its own). */
+const arrayRowWriters = perEntity((entity) => [jsonRowWriter(entity), jsonRowWriter(entity, ',\n')] as const)
+
 export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n'): AsyncGenerator<string | Buffer> {
-  const first = jsonRowWriter(entity)
-  const next = jsonRowWriter(entity, ',\n') // the separator written with the first key: no concatenation of its own
+  const [first, next] = arrayRowWriters(entity)
   return entityChunks(spec, entity, {
     head: before + '[\n',
     row: (row, i) => (i === 0 ? first(row) : next(row)),

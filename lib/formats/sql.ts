@@ -1,6 +1,6 @@
 import type { Column, Entity, Row } from '../host/dataset-source.js'
 import type { DownloadFormat, DownloadSpec } from './types.js'
-import { entityChunks, rowWriter, separated, type CellWriter, type EntityText } from './rows.js'
+import { entityChunks, perEntity, rowWriter, separated, type CellWriter, type EntityText } from './rows.js'
 import {
   bigintText, binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText, ValueError
 } from './values.js'
@@ -133,9 +133,13 @@ const BATCH_ROWS = 500
 const BATCH_CHARS = 1024 * 1024
 
 /** CREATE TABLE, then the rows in INSERTs of at most BATCH_ROWS rows or BATCH_CHARS characters. */
+const insertWriters = perEntity((entity) => ({
+  insert: `INSERT INTO ${quoteIdentifier(entity.name)} (${entity.columns.map((c) => quoteIdentifier(c.name)).join(', ')}) VALUES\n`,
+  write: sqlRowWriter(entity)
+}))
+
 function entityScript (entity: Entity, createTable: string, head: string, tail: string): EntityText {
-  const insert = `INSERT INTO ${quoteIdentifier(entity.name)} (${entity.columns.map((c) => quoteIdentifier(c.name)).join(', ')}) VALUES\n`
-  const write = sqlRowWriter(entity)
+  const { insert, write } = insertWriters(entity)
   let rows = 0
   let chars = 0
   return {
@@ -165,9 +169,11 @@ async function * sqlScript (spec: DownloadSpec, tables: readonly string[]): Asyn
   }
 }
 
+const createTableOnce = perEntity(createTableSql)
+
 /** `sql` (the default): DDL and INSERTs in one transaction. */
 export const sqlFormat: DownloadFormat = (spec) => {
-  const tables = spec.entities.map(createTableSql) // checks every name before anything is sent
+  const tables = spec.entities.map(createTableOnce) // checks every name before anything is sent
   return {
     contentType: 'application/sql; charset=utf-8',
     fileName: `${spec.dataset.name}.sql`,

@@ -70,6 +70,11 @@ export interface RowsOptions {
 export interface Dataset {
   /** used for download file names */
   name: string
+  /**
+   * Taken as unchanging once seen: the plugin checks a list once and builds
+   * each entity's row writers once per Entity object. A model that changes
+   * comes as new objects (as a Dataset made anew has them).
+   */
   entities: readonly Entity[]
   /**
    * Streams one entity's rows, pulled one at a time, so memory stays bounded.

@@ -64,3 +64,19 @@ t.test('the document: one array per entity, one row per line', async (t) => {
     '{"id":2,"at":null,"note":"say \\"hi\\""}\n' +
     '],"b":[\n\n]}\n')
 })
+
+t.test('row writers are kept per entity object: the same object writes the same; a new one with other columns writes its own', async (t) => {
+  const rows: Row[] = [[1, 'a'], [2, null]]
+  const columns = (second: string): Column[] => [{ name: 'id', type: 'integer' }, { name: second, type: 'text' }]
+  const download = async (format: 'json' | 'sql', entity: { name: string, columns: Column[] }): Promise<string> =>
+    (await collect(FORMATS[format](specOf(datasetOf('d', [{ ...entity, rows }]), { entities: [entity] })).body)).toString('utf8')
+  for (const format of ['json', 'sql'] as const) {
+    const entity = { name: 'e', columns: columns('kind') }
+    const first = await download(format, entity)
+    t.match(first, /kind/, `${format}: the column's name is written`)
+    t.equal(await download(format, entity), first, `${format}: the same entity object again, the same bytes`)
+    const changed = await download(format, { name: 'e', columns: columns('sort') })
+    t.match(changed, /sort/, `${format}: a new entity object is written with its own columns`)
+    t.notMatch(changed, /kind/, `${format}: and none of the old one's`)
+  }
+})
