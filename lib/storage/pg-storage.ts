@@ -358,8 +358,10 @@ export class PgStorage implements Storage {
       deleteKey: `DELETE FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3`,
       insertAudit: `INSERT INTO ${t('audit_log')} (organization, project, at, actor, action, key_id, endpoint_id, target, changes)
                     VALUES ($1, $2, now(), $3, $4, $5, $6, $7, $8::jsonb)`,
-      listAudit: `SELECT id::text AS id, at, actor, action, key_id, endpoint_id, target, changes FROM ${t('audit_log')}
-                   WHERE organization = $1 AND project = $2 AND ($3::bigint IS NULL OR id < $3::bigint) ORDER BY id DESC LIMIT $4`,
+      // ORDER BY names the table's column: a bare `id` would be the text alias,
+      // and '99' sorts after '100'.
+      listAudit: `SELECT a.id::text AS id, a.at, a.actor, a.action, a.key_id, a.endpoint_id, a.target, a.changes FROM ${t('audit_log')} a
+                   WHERE a.organization = $1 AND a.project = $2 AND ($3::bigint IS NULL OR a.id < $3::bigint) ORDER BY a.id DESC LIMIT $4`,
       pruneAudit: `DELETE FROM ${t('audit_log')} WHERE at < $1`,
       endpointKeyIds: `SELECT key_id FROM ${t('endpoint_keys')} WHERE endpoint_id = $1`,
       listEndpoints: `${endpointSelect} WHERE e.organization = $1 AND e.project = $2

@@ -38,6 +38,26 @@ if (url !== null) {
     t.equal(fate, 'not written')
   })
 
+  t.test('audit entries stay newest first, and their pages whole, when ids gain a digit', async (t) => {
+    const { schema: own, client } = await freshSchema(t, url)
+    const storage = new PgStorage({ connectionString: url, schema: own })
+    t.teardown(() => storage.close())
+    await storage.migrate()
+    await client.query(`SELECT setval(pg_get_serial_sequence('"${own}".audit_log', 'id'), 994)`)
+    const key = await storage.createKey({ ...project, prefix: 'DDDDDDDDDD', hash: 'h', purpose: 'p', isActive: true, expiresAt: null }, AUDIT)
+    for (let i = 0; i < 9; i++) await storage.updateKey(project, key.id, { purpose: `p${i}` }, AUDIT)
+    const all = (await storage.listAudit(project, { limit: 100 })).map((e) => e.id)
+    t.same(all, ['1004', '1003', '1002', '1001', '1000', '999', '998', '997', '996', '995'], 'newest first, by number')
+    const pages: string[] = []
+    for (let before: string | undefined; ;) {
+      const page = await storage.listAudit(project, { before, limit: 4 })
+      if (page.length === 0) break
+      pages.push(...page.map((e) => e.id))
+      before = page[page.length - 1].id
+    }
+    t.same(pages, all, 'pages of 4 walk them all once')
+  })
+
   t.test('migrations are versioned; a new instance on the same schema applies nothing again', async (t) => {
     const { schema: own, client: admin } = await freshSchema(t, url)
     const first = new PgStorage({ connectionString: url, schema: own })
