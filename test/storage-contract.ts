@@ -604,6 +604,38 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(tuples(await s.queryUsage(p, { ...query, granularity: 'day' })), [[Date.UTC(2030, 0, 5), kept.endpoint.id, k.id, 'ok', 4]])
     })
 
+    t.test('long histories come whole and in order, however the adapter reads them (pages, an hour of many keys)', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const keys = [await keyIn(s, p), await keyIn(s, p), await keyIn(s, p)]
+      const e1 = await s.putEndpoint(at(p, 'dataset', 1), [keys[0].id], AUDIT)
+      const e2 = await s.putEndpoint(at(p, 'pipeline', 1), [keys[0].id], AUDIT)
+      if (!e1.ok || !e2.ok) throw new Error('putEndpoint refused')
+      const [id1, id2] = [e1.endpoint.id, e2.endpoint.id]
+      const HOUR = 3_600_000
+      const hour = (i: number): number => Date.UTC(2030, 0, 1) + i * HOUR
+      const counts: UsageCount[] = []
+      // Three keys every hour for 2,000 hours on one endpoint, one key for 1,000 on the other...
+      for (let i = 0; i < 2000; i++) {
+        for (const [k, key] of keys.entries()) counts.push({ hour: hour(i), endpointId: id1, keyId: key.id, outcome: 'ok', count: 1 + ((i + k) % 9) })
+        if (i < 1000) counts.push({ hour: hour(i), endpointId: id2, keyId: keys[1].id, outcome: 'disabled', count: 2 })
+      }
+      // ...and one hour with guesses at 4,200 keys the project does not have (more than a page of most readers).
+      for (let i = 0; i < 4200; i++) counts.push({ hour: hour(1000), endpointId: id1, keyId: randomUUID(), outcome: 'unknown_key', count: 1 })
+      await s.applyUsage(countsBatch(counts))
+      const expected = inUsageOrder(counts.map((c) => [c.hour, c.endpointId, c.keyId, c.outcome, c.count]))
+      const all = { granularity: 'hour', from: new Date(hour(0)), to: new Date(hour(2000)), limit: 20_000 } as const
+      t.same(tuples(await s.queryUsage(p, all)), expected, `all ${expected.length} buckets, in the documented order`)
+      for (const limit of [4095, 4096, 5000, 9000]) {
+        t.same(tuples(await s.queryUsage(p, { ...all, limit })), expected.slice(0, limit), `limit ${limit}`)
+      }
+      t.same(tuples(await s.queryUsage(p, { ...all, from: new Date(hour(999)), to: new Date(hour(1002)) })),
+        expected.filter((r) => r[0] >= hour(999) && r[0] < hour(1002)), 'a range around the crowded hour')
+      t.same(tuples(await s.queryUsage(p, { ...all, keyId: keys[1].id })), expected.filter((r) => r[2] === keys[1].id), 'one key, on both endpoints')
+      const days = await s.queryUsage(p, { ...all, granularity: 'day' })
+      t.equal(days.reduce((sum, r) => sum + r.count, 0), counts.reduce((sum, c) => sum + c.count, 0), 'the days hold every count')
+    })
+
     t.test('pruneUsage deletes the hours and days that start before the time, and says how many', async (t) => {
       const s = await store(t)
       const p = newProject()

@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream'
 import fastifyAuth from '@fastify/auth'
 import { TypeBoxValidatorCompiler, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
@@ -6,7 +7,7 @@ import { generateKey } from '../keys/api-key.js'
 import type { PluginContext } from '../context.js'
 import { endpointPath } from './endpoint-path.js'
 import { sendError } from './error-reply.js'
-import { usageAnswerJson } from './usage-answer.js'
+import { usageAnswerPieces } from './usage-answer.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, KeyNotFoundError,
   ManagementNotAuthorizedError, PipelineNotFoundError
@@ -252,10 +253,10 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     if (rows.length > limit) {
       throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
     }
-    // The schema documents the answer; usageAnswerJson writes its text, which
-    // Fastify sends as it is (a string with a JSON content type).
-    const text: unknown = usageAnswerJson(granularity, rows)
-    return reply.type('application/json; charset=utf-8').send(text as Static<typeof UsageAnswer>)
+    // The schema documents the answer; usageAnswerPieces writes its text,
+    // streamed a piece at a time (Fastify pipes it, with backpressure).
+    const body: unknown = Readable.from(usageAnswerPieces(granularity, rows), { objectMode: false })
+    return reply.type('application/json; charset=utf-8').send(body as Static<typeof UsageAnswer>)
   })
 
   app.get('/:organization/:project/audit', {

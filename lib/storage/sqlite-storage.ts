@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { setImmediate } from 'node:timers/promises'
 import Database from 'better-sqlite3'
 import {
   PrefixTakenError, USAGE_OUTCOMES,
@@ -183,53 +184,26 @@ function toKey (row: KeyRow): ApiKeyRecord {
   }
 }
 
-/** start, endpoint id, key id, outcome, count */
-type UsageRowTuple = [number, string, string, UsageOutcome, number]
-
-interface UsageSelect {
-  organization: string
-  project: string
-  from: number
-  to: number
-  key_id: string
-  endpoint_id: string | null
-  limit: number
-}
-
 interface EndpointUsageSelect {
   organization: string
   project: string
   endpoint_id: string
+  key_id?: string
   from: number
   to: number
   limit: number
 }
 
 /**
- * One key's buckets in one of the two history tables, as arrays (start,
- * endpoint, key, outcome, count), read through the key index, named: with
- * the key and the range as parameters SQLite guesses the primary key's range
- * cheaper, and reads every key's buckets of the range.
+ * One endpoint's buckets of a range (start, key, outcome, count), by start:
+ * all keys' in the primary key's order, one key's through the key index
+ * (named: with the key and the range as parameters SQLite guesses the
+ * primary key's range cheaper, and reads every key's buckets of the range).
+ * Neither sorts the range. The project's buckets are read an endpoint at a
+ * time and merged by start (mergeByStart): one query over all of them sorted
+ * every row of the answer in a temporary B-tree, which was half its time.
  */
-function keyUsageSelect (table: 'usage_hourly' | 'usage_daily'): string {
-  return `SELECT u.start, u.endpoint_id, u.key_id, u.outcome, u.count
-            FROM endpoints e JOIN ${table} u INDEXED BY ${table}_key ON u.endpoint_id = e.id
-           WHERE e.organization = @organization AND e.project = @project
-             AND (@endpoint_id IS NULL OR e.id = @endpoint_id)
-             AND u.start >= @from AND u.start < @to
-             AND u.key_id = @key_id
-           ORDER BY u.start, u.endpoint_id, u.key_id, u.outcome
-           LIMIT @limit`
-}
-
-/**
- * One endpoint's buckets of a range (start, key, outcome, count), in the
- * primary key's order: read in order, with no sort. The project's buckets
- * are read an endpoint at a time and merged by start (mergeByStart): one
- * query over all of them sorted every row of the answer in a temporary
- * B-tree, which was half its time.
- */
-function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily'): string {
+function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily', byKey: boolean): string {
   // The key as the rowid of its api_keys row and the outcome as its index in
   // USAGE_OUTCOMES, both numbers: texts would be made anew for every row,
   // and their garbage was a good part of a long answer's time. A deleted
@@ -237,8 +211,10 @@ function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily'): string {
   const outcomeIndex = USAGE_OUTCOMES.map((o, i) => `WHEN '${o}' THEN ${i}`).join(' ')
   return `SELECT u.start, k.rowid, CASE WHEN k.rowid IS NULL AND u.key_id <> '' THEN u.key_id END,
                  CASE u.outcome ${outcomeIndex} END, u.count
-            FROM ${table} u LEFT JOIN api_keys k ON k.id = u.key_id AND k.organization = @organization AND k.project = @project
-           WHERE u.endpoint_id = @endpoint_id AND u.start >= @from AND u.start < @to
+            FROM ${table} u ${byKey ? `INDEXED BY ${table}_key` : ''}
+            LEFT JOIN api_keys k ON k.id = u.key_id AND k.organization = @organization AND k.project = @project
+           WHERE u.endpoint_id = @endpoint_id ${byKey ? 'AND u.key_id = @key_id' : ''}
+             AND u.start >= @from AND u.start < @to
            ORDER BY u.start, u.key_id, u.outcome
            LIMIT @limit`
 }
@@ -246,14 +222,52 @@ function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily'): string {
 /** start, the key's api_keys rowid, a deleted key's id, the outcome's index in USAGE_OUTCOMES, count */
 type EndpointUsageTuple = [number, number | null, string | null, number, number]
 
+/** Rows of usage read at a time before the event loop gets a turn (a few milliseconds' work). */
+const USAGE_PAGE_ROWS = 4096
+
+/**
+ * Up to `limit` rows of [from, to) by start, read in pages of
+ * USAGE_PAGE_ROWS with a turn of the event loop after each: a year of a busy
+ * project is tens of thousands of rows, and one read held the loop for tens
+ * of milliseconds, the whole server waiting. A page ends where its last start
+ * begins (the next page reads that start again), unless the page holds that
+ * start alone: then it is read whole. Pages are separate reads, so buckets
+ * counted meanwhile may show in the later pages; none is read twice.
+ */
+async function readByStart (
+  read: (from: number, to: number, limit: number) => EndpointUsageTuple[], from: number, to: number, limit: number
+): Promise<EndpointUsageTuple[]> {
+  const rows: EndpointUsageTuple[] = []
+  let start = from
+  while (rows.length < limit) {
+    const page = read(start, to, Math.min(USAGE_PAGE_ROWS, limit - rows.length))
+    if (page.length < USAGE_PAGE_ROWS || rows.length + page.length >= limit) {
+      for (const row of page) rows.push(row)
+      break
+    }
+    const last = page[page.length - 1][0]
+    let end = page.length
+    while (end > 0 && page[end - 1][0] === last) end--
+    const taken = end > 0 ? page.slice(0, end) : read(last, last + 1, limit - rows.length)
+    for (const row of taken) rows.push(row)
+    start = end > 0 ? last : last + 1
+    await setImmediate()
+  }
+  return rows
+}
+
 /**
  * Endpoints' buckets (`parts[i]` of `endpointIds[i]`, each by start) as one
  * list by start, then endpoint in the order given, at most `limit` rows.
- * Rows of one start share one Date.
+ * Rows of one start share one Date. The event loop gets a turn every
+ * USAGE_PAGE_ROWS rows.
  */
-function mergeByStart (endpointIds: readonly string[], parts: readonly EndpointUsageTuple[][], keyIds: ReadonlyMap<number, string>, limit: number): UsageRow[] {
+async function mergeByStart (
+  endpointIds: readonly string[], parts: readonly EndpointUsageTuple[][], keyIdOf: (rowid: number) => string | null, limit: number
+): Promise<UsageRow[]> {
   const rows: UsageRow[] = []
   const next = parts.map(() => 0)
+  let turnAt = USAGE_PAGE_ROWS
   while (rows.length < limit) {
     let start = Infinity
     for (let i = 0; i < parts.length; i++) {
@@ -267,10 +281,13 @@ function mergeByStart (endpointIds: readonly string[], parts: readonly EndpointU
       let j = next[i]
       for (; j < part.length && part[j][0] === start && rows.length < limit; j++) {
         const [, keyRowid, deletedKeyId, outcome, count] = part[j]
-        const keyId = keyRowid === null ? deletedKeyId : keyIds.get(keyRowid) ?? null
-        rows.push({ start: at, endpointId, keyId, outcome: USAGE_OUTCOMES[outcome], count })
+        rows.push({ start: at, endpointId, keyId: keyRowid === null ? deletedKeyId : keyIdOf(keyRowid), outcome: USAGE_OUTCOMES[outcome], count })
       }
       next[i] = j
+    }
+    if (rows.length >= turnAt) {
+      turnAt += USAGE_PAGE_ROWS
+      await setImmediate()
     }
   }
   return rows
@@ -325,10 +342,11 @@ export class SqliteStorage implements Storage {
         `SELECT id FROM endpoints WHERE organization = @organization AND project = @project
            AND (@endpoint_id IS NULL OR id = @endpoint_id) ORDER BY id`).pluck(),
       projectKeyRowids: db.prepare<[string, string], [number, string]>('SELECT rowid, id FROM api_keys WHERE organization = ? AND project = ?').raw(),
-      endpointUsageByHour: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_hourly')).raw(),
-      endpointUsageByDay: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_daily')).raw(),
-      keyUsageByHour: db.prepare<UsageSelect, UsageRowTuple>(keyUsageSelect('usage_hourly')).raw(),
-      keyUsageByDay: db.prepare<UsageSelect, UsageRowTuple>(keyUsageSelect('usage_daily')).raw(),
+      keyIdByRowid: db.prepare<[number], string>('SELECT id FROM api_keys WHERE rowid = ?').pluck(),
+      endpointUsageByHour: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_hourly', false)).raw(),
+      endpointUsageByDay: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_daily', false)).raw(),
+      keyUsageByHour: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_hourly', true)).raw(),
+      keyUsageByDay: db.prepare<EndpointUsageSelect, EndpointUsageTuple>(endpointUsageSelect('usage_daily', true)).raw(),
       pruneHourly: db.prepare<[number]>('DELETE FROM usage_hourly WHERE start < ?'),
       pruneDaily: db.prepare<[number]>('DELETE FROM usage_daily WHERE start < ?'),
       listKeys: db.prepare<[string, string], KeyRow>(
@@ -423,29 +441,21 @@ export class SqliteStorage implements Storage {
 
   async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
     const s = this.statements
-    const from = query.from.getTime()
-    const to = query.to.getTime()
-    const endpointId = query.endpointId ?? null
+    const { organization } = project
     const { keyId, limit } = query
-    if (keyId !== undefined) {
-      const rows = (query.granularity === 'day' ? s.keyUsageByDay : s.keyUsageByHour)
-        .all({ organization: project.organization, project: project.project, from, to, endpoint_id: endpointId, key_id: keyId, limit })
-      // Rows come by start: consecutive rows share one Date.
-      let start = new Date(0)
-      return rows.map(([at, endpointId, keyId, outcome, count]) => {
-        if (start.getTime() !== at) start = new Date(at)
-        return { start, endpointId, keyId: keyId === '' ? null : keyId, outcome, count }
-      })
+    const day = query.granularity === 'day'
+    const select = keyId === undefined ? (day ? s.endpointUsageByDay : s.endpointUsageByHour) : (day ? s.keyUsageByDay : s.keyUsageByHour)
+    const endpointIds = s.usageEndpoints.all({ organization, project: project.project, endpoint_id: query.endpointId ?? null })
+    if (endpointIds.length === 0) return []
+    const keyIds = new Map(s.projectKeyRowids.all(organization, project.project))
+    const parts: EndpointUsageTuple[][] = []
+    for (const endpointId of endpointIds) {
+      const params = { organization, project: project.project, endpoint_id: endpointId, ...(keyId === undefined ? {} : { key_id: keyId }) }
+      parts.push(await readByStart((from, to, limit) => select.all({ ...params, from, to, limit }), query.from.getTime(), query.to.getTime(), limit))
     }
-    const select = query.granularity === 'day' ? s.endpointUsageByDay : s.endpointUsageByHour
-    // One read transaction: every endpoint's buckets as of the same moment.
-    return this.db.transaction(() => {
-      const endpointIds = s.usageEndpoints.all({ organization: project.organization, project: project.project, endpoint_id: endpointId })
-      if (endpointIds.length === 0) return []
-      const keyIds = new Map(s.projectKeyRowids.all(project.organization, project.project))
-      const parts = endpointIds.map((id) => select.all({ organization: project.organization, project: project.project, endpoint_id: id, from, to, limit }))
-      return mergeByStart(endpointIds, parts, keyIds, limit)
-    }).deferred()
+    // A key made while the pages were read is not in the map yet.
+    const keyIdOf = (rowid: number): string | null => keyIds.get(rowid) ?? s.keyIdByRowid.get(rowid) ?? null
+    return await mergeByStart(endpointIds, parts, keyIdOf, limit)
   }
 
   async pruneUsage (before: Date): Promise<number> {

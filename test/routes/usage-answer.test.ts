@@ -1,9 +1,13 @@
 import { test } from 'tap'
-import { usageAnswerJson } from '../../lib/routes/usage-answer.js'
+import { usageAnswerPieces } from '../../lib/routes/usage-answer.js'
 import type { UsageRow } from '../../lib/storage/storage.js'
 
 // The usage route writes its answer by hand (lib/routes/usage-answer.ts); it
 // must be exactly what JSON.stringify makes of the documented object.
+function usageAnswerJson (granularity: 'hour' | 'day', rows: UsageRow[]): string {
+  return [...usageAnswerPieces(granularity, rows)].join('')
+}
+
 function reference (granularity: 'hour' | 'day', rows: UsageRow[]): string {
   return JSON.stringify({ granularity, rows: rows.map((r) => ({ ...r, start: r.start.toISOString() })) })
 }
@@ -26,4 +30,19 @@ test('the usage answer is the JSON of the documented object, byte for byte', asy
     t.equal(usageAnswerJson(granularity, rows.slice(0, 1)), reference(granularity, rows.slice(0, 1)), `${granularity}: one row`)
   }
   t.same(JSON.parse(usageAnswerJson('hour', rows)).rows[4].keyId, 'quote " and \\ and \u2028', 'an escaped id reads back')
+})
+
+test('a long answer comes in pieces of 4,096 rows, together the same bytes', async (t) => {
+  const rows: UsageRow[] = Array.from({ length: 10_000 }, (_, i) => ({
+    start: new Date(Date.UTC(2030, 0, 1) + Math.floor(i / 3) * 3_600_000),
+    endpointId: `e${i % 2}`,
+    keyId: i % 5 === 0 ? null : `k${i % 7}`,
+    outcome: i % 11 === 0 ? 'unknown_key' : 'ok',
+    count: i + 1
+  }))
+  const pieces = [...usageAnswerPieces('hour', rows)]
+  t.equal(pieces.length, 3, 'rows 1-4096, 4097-8192, then the rest with the end')
+  t.equal(pieces.join(''), reference('hour', rows), 'the same bytes as JSON.stringify')
+  // Exactly 4,096 rows: the last piece is the end alone.
+  t.equal([...usageAnswerPieces('day', rows.slice(0, 4096))].join(''), reference('day', rows.slice(0, 4096)))
 })

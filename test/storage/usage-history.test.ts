@@ -199,3 +199,30 @@ t.test('the usage option values are checked at registration', async (t) => {
     await t.rejects(buildApp(t, { [name]: value }), new RegExp(`"${name}"`), `${name}: ${String(value)}`)
   }
 })
+
+t.test('a long usage answer lets other requests through while it is read and written', async (t) => {
+  const { app, storage } = await buildApp(t)
+  const key = await createKey(app)
+  await assignKeys(app, 'dataset', [key.id])
+  const endpoint = ((await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string }>)[0]
+  // 20,000 hourly buckets: several pages of the SQLite reader and of the answer's writer.
+  const start = Date.UTC(2030, 0, 1)
+  const counts = new Map(Array.from({ length: 20_000 }, (_, i) => {
+    const count = { hour: start + Math.floor(i / 10) * HOUR, endpointId: endpoint.id, keyId: i % 10 === 0 ? key.id : randomUUID(), outcome: 'ok' as const, count: 1 }
+    return [String(i), count]
+  }))
+  await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
+
+  const done: string[] = []
+  const query = { from: new Date(start).toISOString(), to: new Date(start + 2000 * HOUR).toISOString() }
+  const long = app.inject({ url: `${P}/usage`, query, headers: ADMIN }).then((res) => { done.push('usage'); return res })
+  // Once the usage request holds the loop, a request made at the next turn
+  // can only finish first if the usage request gives turns away.
+  await new Promise((resolve) => setImmediate(resolve))
+  const job = app.inject({ url: '/api/job/00000000-0000-4000-8000-000000000000' }).then((res) => { done.push('job'); return res })
+  const [answer, other] = await Promise.all([long, job])
+  t.equal(answer.statusCode, 200)
+  t.equal(answer.json().rows.length, 20_000, 'the whole history')
+  t.equal(other.statusCode, 404, 'the job route answered (no such job)')
+  t.same(done, ['job', 'usage'], 'the other request finished while the usage answer was under way')
+})
