@@ -8,13 +8,16 @@
 //
 //   npx tsx test/bench/usage-query.ts
 //
-// Env: BENCH_KEYS (default 100), BENCH_DAYS (default 365).
+// Env: BENCH_KEYS (default 100), BENCH_DAYS (default 365), BENCH_STORAGE=pg
+// (PgStorage on PGURL, default postgres://postgres@127.0.0.1:5432/test, in a
+// schema of its own that is dropped at the end).
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import Fastify from 'fastify'
-import dataEndpoints, { SqliteStorage, type UsageCount } from '../../lib/index.js'
+import pg from 'pg'
+import dataEndpoints, { PgStorage, SqliteStorage, type Storage, type UsageCount } from '../../lib/index.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 
 const KEYS = Number(process.env.BENCH_KEYS ?? 100)
@@ -24,7 +27,12 @@ const ADMIN = { 'x-permissions': 'ManageAPIKeys' }
 const P = '/api-keys/acme/shop'
 
 const dir = mkdtempSync(join(tmpdir(), 'fde-bench-usage-'))
-const storage = new SqliteStorage({ filename: join(dir, 'usage.db') })
+const pgUrl = process.env.PGURL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const pgSchema = `bench_usage_${process.pid}`
+const storage: Storage = process.env.BENCH_STORAGE === 'pg'
+  ? new PgStorage({ connectionString: pgUrl, schema: pgSchema })
+  : new SqliteStorage({ filename: join(dir, 'usage.db') })
+console.log(`storage: ${process.env.BENCH_STORAGE === 'pg' ? 'PostgreSQL' : 'SQLite'}`)
 const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
 const app = Fastify()
 await app.register(dataEndpoints, {
@@ -118,6 +126,12 @@ try {
   }
 } finally {
   await app.close()
+  if (process.env.BENCH_STORAGE === 'pg') {
+    const client = new pg.Client({ connectionString: pgUrl })
+    await client.connect()
+    await client.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`)
+    await client.end()
+  }
   if (process.env.BENCH_KEEP === undefined) rmSync(dir, { recursive: true, force: true })
   else console.log(`kept ${dir}`)
 }
