@@ -229,65 +229,82 @@ type EndpointUsageTuple = [number, number | null, string | null, number, number]
  */
 const USAGE_PAGE_ROWS = 1024
 
+/** Reads one endpoint's rows of [from, to) by start, at most `limit`. */
+type PageRead = (from: number, to: number, limit: number) => EndpointUsageTuple[]
+
 /**
- * Up to `limit` rows of [from, to) by start, read in pages of
- * USAGE_PAGE_ROWS with a turn of the event loop after each: a year of a busy
- * project is tens of thousands of rows, and one read held the loop for tens
- * of milliseconds, the whole server waiting. A page ends where its last start
- * begins (the next page reads that start again), unless the page holds that
- * start alone: then it is read whole. Pages are separate reads, so buckets
- * counted meanwhile may show in the later pages; none is read twice.
+ * One endpoint's buckets, read a page at a time from `from` on. A page ends
+ * where its last start begins (the next page reads that start again), so a
+ * page always holds whole starts; a start with more rows than a page is
+ * read whole. Pages are separate reads, so buckets counted meanwhile may
+ * show in the later pages; none is read twice.
  */
-async function readByStart (
-  read: (from: number, to: number, limit: number) => EndpointUsageTuple[], from: number, to: number, limit: number
-): Promise<EndpointUsageTuple[]> {
-  const rows: EndpointUsageTuple[] = []
-  let start = from
-  while (rows.length < limit) {
-    const page = read(start, to, Math.min(USAGE_PAGE_ROWS, limit - rows.length))
-    if (page.length < USAGE_PAGE_ROWS || rows.length + page.length >= limit) {
-      for (const row of page) rows.push(row)
-      break
-    }
-    const last = page[page.length - 1][0]
-    let end = page.length
-    while (end > 0 && page[end - 1][0] === last) end--
-    const taken = end > 0 ? page.slice(0, end) : read(last, last + 1, limit - rows.length)
-    for (const row of taken) rows.push(row)
-    start = end > 0 ? last : last + 1
-    await setImmediate()
+class EndpointPages {
+  rows: EndpointUsageTuple[] = []
+  at = 0
+  #from: number
+  #done = false
+
+  constructor (readonly endpointId: string, private readonly read: PageRead, from: number, private readonly to: number) {
+    this.#from = from
   }
-  return rows
+
+  /** The start of the next row, reading a page first if it needs one (then `read` is set); Infinity at the end. */
+  head (): { start: number, read: boolean } {
+    if (this.at < this.rows.length) return { start: this.rows[this.at][0], read: false }
+    if (this.#done) return { start: Infinity, read: false }
+    const page = this.read(this.#from, this.to, USAGE_PAGE_ROWS)
+    this.at = 0
+    if (page.length < USAGE_PAGE_ROWS) {
+      this.rows = page
+      this.#done = true
+    } else {
+      const last = page[page.length - 1][0]
+      let end = page.length
+      while (end > 0 && page[end - 1][0] === last) end--
+      this.rows = end > 0 ? page.slice(0, end) : this.read(last, last + 1, Number.MAX_SAFE_INTEGER)
+      this.#from = end > 0 ? last : last + 1
+    }
+    return { start: this.rows.length > 0 ? this.rows[0][0] : Infinity, read: true }
+  }
 }
 
 /**
- * Endpoints' buckets (`parts[i]` of `endpointIds[i]`, each by start) as one
- * list by start, then endpoint in the order given, at most `limit` rows.
- * Rows of one start share one Date. The event loop gets a turn every
- * USAGE_PAGE_ROWS rows.
+ * Endpoints' buckets as one list by start, then endpoint in the order given,
+ * at most `limit` rows: each endpoint read a page at a time, only as far as
+ * the list needs, with a turn of the event loop after each page and every
+ * USAGE_PAGE_ROWS rows: a year of a busy project is tens of thousands of
+ * rows, and one read held the loop for tens of milliseconds, the whole
+ * server waiting. Rows of one start share one Date.
  */
 async function mergeByStart (
-  endpointIds: readonly string[], parts: readonly EndpointUsageTuple[][], keyIdOf: (rowid: number) => string | null, limit: number
+  endpoints: readonly EndpointPages[], keyIdOf: (rowid: number) => string | null, limit: number
 ): Promise<UsageRow[]> {
   const rows: UsageRow[] = []
-  const next = parts.map(() => 0)
   let turnAt = USAGE_PAGE_ROWS
   while (rows.length < limit) {
     let start = Infinity
-    for (let i = 0; i < parts.length; i++) {
-      if (next[i] < parts[i].length && parts[i][next[i]][0] < start) start = parts[i][next[i]][0]
+    let read = false
+    for (const endpoint of endpoints) {
+      const head = endpoint.head()
+      read ||= head.read
+      if (head.start < start) start = head.start
+    }
+    if (read) {
+      await setImmediate()
+      continue // a page read meanwhile may hold an earlier start than the others' heads: look again
     }
     if (start === Infinity) break
     const at = new Date(start)
-    for (let i = 0; i < parts.length && rows.length < limit; i++) {
-      const part = parts[i]
-      const endpointId = endpointIds[i]
-      let j = next[i]
+    for (const endpoint of endpoints) {
+      const { rows: part, endpointId } = endpoint
+      let j = endpoint.at
       for (; j < part.length && part[j][0] === start && rows.length < limit; j++) {
         const [, keyRowid, deletedKeyId, outcome, count] = part[j]
         rows.push({ start: at, endpointId, keyId: keyRowid === null ? deletedKeyId : keyIdOf(keyRowid), outcome: USAGE_OUTCOMES[outcome], count })
       }
-      next[i] = j
+      endpoint.at = j
+      if (rows.length >= limit) break
     }
     if (rows.length >= turnAt) {
       turnAt += USAGE_PAGE_ROWS
@@ -452,14 +469,15 @@ export class SqliteStorage implements Storage {
     const endpointIds = s.usageEndpoints.all({ organization, project: project.project, endpoint_id: query.endpointId ?? null })
     if (endpointIds.length === 0) return []
     const keyIds = new Map(s.projectKeyRowids.all(organization, project.project))
-    const parts: EndpointUsageTuple[][] = []
-    for (const endpointId of endpointIds) {
+    const from = query.from.getTime()
+    const to = query.to.getTime()
+    const endpoints = endpointIds.map((endpointId) => {
       const params = { organization, project: project.project, endpoint_id: endpointId, ...(keyId === undefined ? {} : { key_id: keyId }) }
-      parts.push(await readByStart((from, to, limit) => select.all({ ...params, from, to, limit }), query.from.getTime(), query.to.getTime(), limit))
-    }
+      return new EndpointPages(endpointId, (from, to, limit) => select.all({ ...params, from, to, limit }), from, to)
+    })
     // A key made while the pages were read is not in the map yet.
     const keyIdOf = (rowid: number): string | null => keyIds.get(rowid) ?? s.keyIdByRowid.get(rowid) ?? null
-    return await mergeByStart(endpointIds, parts, keyIdOf, limit)
+    return await mergeByStart(endpoints, keyIdOf, limit)
   }
 
   async pruneUsage (before: Date): Promise<number> {
