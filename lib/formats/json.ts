@@ -65,13 +65,13 @@ export function jsonRowWriter (entity: Entity, start = ''): (row: Row) => string
   return rowWriter(entity, members, separated(members.length, ''), '}')
 }
 
+/** The first row's writer, and the others' (the separator written with the first key: no concatenation of its own). */
+const arrayRowWriters = perEntity((entity) => [jsonRowWriter(entity), jsonRowWriter(entity, ',\n')] as const)
+
 /**
  * One entity as a JSON array of row objects, one row per line, in chunks,
  * with `before` and `after` around it.
  */
-/** The first row's writer, and the others' (the separator written with the first key: no concatenation of its own). */
-const arrayRowWriters = perEntity((entity) => [jsonRowWriter(entity), jsonRowWriter(entity, ',\n')] as const)
-
 export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n'): AsyncGenerator<string | Buffer> {
   const [first, next] = arrayRowWriters(entity)
   return entityChunks(spec, entity, {

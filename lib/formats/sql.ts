@@ -132,12 +132,13 @@ export function sqlRowWriter (entity: Entity): (row: Row) => string {
 const BATCH_ROWS = 500
 const BATCH_CHARS = 1024 * 1024
 
-/** CREATE TABLE, then the rows in INSERTs of at most BATCH_ROWS rows or BATCH_CHARS characters. */
+/** An entity's INSERT head and row writer. */
 const insertWriters = perEntity((entity) => ({
   insert: `INSERT INTO ${quoteIdentifier(entity.name)} (${entity.columns.map((c) => quoteIdentifier(c.name)).join(', ')}) VALUES\n`,
   write: sqlRowWriter(entity)
 }))
 
+/** CREATE TABLE, then the rows in INSERTs of at most BATCH_ROWS rows or BATCH_CHARS characters. */
 function entityScript (entity: Entity, createTable: string, head: string, tail: string): EntityText {
   const { insert, write } = insertWriters(entity)
   let rows = 0

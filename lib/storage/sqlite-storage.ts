@@ -290,10 +290,7 @@ async function mergeByStart (
       read ||= head.read
       if (head.start < start) start = head.start
     }
-    if (read) {
-      await setImmediate()
-      continue // a page read meanwhile may hold an earlier start than the others' heads: look again
-    }
+    if (read) await setImmediate() // the heads stand as read: the turn changes none of them
     if (start === Infinity) break
     const at = new Date(start)
     for (const endpoint of endpoints) {
