@@ -47,3 +47,8 @@ export const BadRequestError = answer<[string]>('FDE_BAD_REQUEST', '%s', 400)
 
 // Options checked at registration
 export const InvalidOptionError = createError<[string]>('FDE_INVALID_OPTION', 'fastify-data-endpoints: %s')
+
+/** Attaches response headers and extra body fields to a catalogue error. */
+export function withDetails<E extends Error> (error: E, details: { headers?: Record<string, string>, body?: Record<string, string> }): E {
+  return Object.assign(error, details)
+}

@@ -3,8 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from '../keys/api-key.js'
 import { datasetEtag, ifNoneMatchHits } from './dataset-etag.js'
 import type { Dataset, Entity, ResourceRef } from '../host/dataset-source.js'
-import { DownloadAbort } from './download-abort.js'
-import { noteFailure } from '../routes/error-reply.js'
+import { DownloadAbort } from '../formats/download-abort.js'
 import { InvalidParameterError, UnknownFormatError } from '../errors.js'
 import { checkEntities } from '../formats/entity-model.js'
 import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type DownloadSpec, type FormatName } from '../formats/index.js'
@@ -77,6 +76,8 @@ export interface DownloadContext {
   metrics: PluginMetrics | null
   /** whether answers may be compressed (then they vary by Accept-Encoding) */
   compression: boolean
+  /** hears why a download was cut short after its headers, for the request's log line */
+  noteFailure?: (request: FastifyRequest, message: string) => void
 }
 
 /** A download with an ETag may be stored by the client, revalidated each time; without one, not at all. */
@@ -157,7 +158,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
       if (!(err instanceof Error)) return
       err.message = redactKeys(err.message)
       if (typeof err.stack === 'string') err.stack = redactKeys(err.stack)
-      noteFailure(request, `Download failed after it started: ${err.message}`)
+      context.noteFailure?.(request, `Download failed after it started: ${err.message}`)
     })
     if (metrics !== null) {
       metrics.downloadStarted(q.format)

@@ -1,7 +1,7 @@
 import { mkdir, open, rm, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
-import { withDetails } from '../routes/error-reply.js'
-import { TarSpoolFullError } from '../errors.js'
+
+import { TarSpoolFullError, withDetails } from '../errors.js'
 import { newSpoolFolderName } from './spool-folder.js'
 
 // A tar header carries its entry's size, so an entry is held whole before it

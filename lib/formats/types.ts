@@ -1,5 +1,5 @@
 import type { Dataset, Entity } from '../host/dataset-source.js'
-import type { DownloadAbort } from '../downloads/download-abort.js'
+import type { DownloadAbort } from './download-abort.js'
 import type { Pace } from './pace.js'
 import type { TarSpool } from './tar-spool.js'
 

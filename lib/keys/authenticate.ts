@@ -1,14 +1,14 @@
 import { setTimeout } from 'node:timers/promises'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { keyPrefixOf, loggablePrefix } from './api-key.js'
-import type { PluginContext } from '../context.js'
-import { clientKey } from './failure-throttle.js'
+import { clientKey, type FailureThrottle } from './failure-throttle.js'
 import {
   DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
-  TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError
+  TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError, withDetails
 } from '../errors.js'
-import { withDetails } from '../routes/error-reply.js'
-import type { EndpointLocator } from '../storage/storage.js'
+import type { EndpointLocator, Storage } from '../storage/storage.js'
+import type { UsageRecorder } from '../storage/usage-recorder.js'
+import type { KeyVerifier } from './key-verifier.js'
 
 export interface DataRouteParams {
   organization: string
@@ -80,9 +80,17 @@ function isLoopback (ip: string): boolean {
  * `onRequest` so that an unauthenticated body is never read. Each refusal
  * throws a catalogue error; the context's error handler writes `{ message }`.
  */
-export function authenticateHook (ctx: PluginContext) {
-  const { storage, verifier, usage, throttle } = ctx
-  const { requireHttps } = ctx.options
+/** What the key hook reads and reports to; the plugin builds each once. */
+export interface KeyCheckParts {
+  storage: Storage
+  verifier: KeyVerifier
+  usage: UsageRecorder
+  /** null when the failure throttle is off */
+  throttle: FailureThrottle | null
+  requireHttps: boolean
+}
+
+export function authenticateHook ({ storage, verifier, usage, throttle, requireHttps }: KeyCheckParts) {
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).

@@ -4,10 +4,10 @@ import fastifyCompress from '@fastify/compress'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from '../keys/api-key.js'
 import { authenticateHook, type AuthenticatedCall } from '../keys/authenticate.js'
-import type { PluginContext } from '../context.js'
+import type { PluginContext } from './context.js'
 import type { ResourceRef } from '../host/dataset-source.js'
 import { sendDataset, type DownloadContext } from '../downloads/dataset-download.js'
-import { errorCodeOf, errorMessageOf, sendError } from './error-reply.js'
+import { errorCodeOf, errorMessageOf, noteFailure, sendError } from './error-reply.js'
 import {
   BadRequestError, DatasetNotFoundError, IdempotencyInProgressError, PipelineNotFoundError
 } from '../errors.js'
@@ -96,7 +96,8 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
     chunkSize: options.downloadChunkSize,
     renderedBodies: ctx.renderedBodies,
     metrics: ctx.metrics,
-    compression: options.compression
+    compression: options.compression,
+    noteFailure
   }
 
   // SPEC.md §7.4: each call is logged with its URL (api_key redacted),
@@ -211,7 +212,7 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   // order). The other methods, HEAD included, come first, so GET gets no
   // second HEAD route.
   documentationOnly(app)
-  const onRequest = authenticateHook(ctx)
+  const onRequest = authenticateHook({ ...ctx, requireHttps: options.requireHttps })
   const otherMethods = app.supportedMethods.filter((m) => m !== 'GET' && m !== 'POST')
   app.route({ method: otherMethods, url: DATA_ROUTE, onRequest, schema: { hide: true }, handler: dataEndpoint })
   app.route({ method: 'GET', url: DATA_ROUTE, onRequest, exposeHeadRoute: false, ...datasetRoute, handler: dataEndpoint })

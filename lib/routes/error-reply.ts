@@ -67,8 +67,3 @@ export function sendError (error: FastifyError, request: FastifyRequest, reply: 
   if (headers !== undefined) reply.headers(headers)
   return reply.code(status).type('application/json; charset=utf-8').send({ ...body, message })
 }
-
-/** Attaches response headers and extra body fields to a catalogue error. */
-export function withDetails<E extends Error> (error: E, details: { headers?: Record<string, string>, body?: Record<string, string> }): E {
-  return Object.assign(error, details)
-}

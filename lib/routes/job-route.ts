@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify'
 import { redactKeys } from '../keys/api-key.js'
-import type { PluginContext } from '../context.js'
-import { errorCodeOf, sendError, withDetails } from './error-reply.js'
+import type { PluginContext } from './context.js'
+import { errorCodeOf, sendError } from './error-reply.js'
 import { reasonOf } from '../metrics.js'
-import { InvalidJobIdError, JobDatasetGoneError, JobNotAvailableError } from '../errors.js'
+import { InvalidJobIdError, JobDatasetGoneError, JobNotAvailableError, withDetails } from '../errors.js'
 import { documentationOnly, jobRouteSchema } from './openapi.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i

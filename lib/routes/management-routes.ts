@@ -4,8 +4,8 @@ import { TypeBoxValidatorCompiler, type FastifyPluginAsyncTypebox } from '@fasti
 import type { FastifyRequest } from 'fastify'
 import { Type, type Static } from 'typebox'
 import { generateKey } from '../keys/api-key.js'
-import type { PluginContext } from '../context.js'
-import { endpointPath } from './endpoint-path.js'
+import type { PluginContext } from './context.js'
+import { endpointPath } from '../storage/endpoint-path.js'
 import { sendError } from './error-reply.js'
 import { usageAnswerPieces } from './usage-answer.js'
 import {

@@ -9,7 +9,7 @@ import {
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope
 } from './storage.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
-import { endpointPath } from '../routes/endpoint-path.js'
+import { endpointPath } from './endpoint-path.js'
 import { dailyCounts } from './usage-buckets.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 

@@ -8,7 +8,7 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope
 } from './storage.js'
-import { endpointPath } from '../routes/endpoint-path.js'
+import { endpointPath } from './endpoint-path.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
 import { dailyCounts } from './usage-buckets.js'
 

@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
 import t from 'tap'
-import { IdempotencyReleaser } from '../../lib/storage/idempotency-releaser.js'
+import { IdempotencyReleaser } from '../../lib/routes/idempotency-releaser.js'
 import type { IdempotencyScope, Storage } from '../../lib/storage/storage.js'
 import { assignKeys, buildApp, createKey, PIPELINE_URL } from '../helper.js'
 
 // The background release of Idempotency-Key claims whose call started no run
-// (lib/storage/idempotency-releaser.ts): retried a bounded number of times, bounded
+// (lib/routes/idempotency-releaser.ts): retried a bounded number of times, bounded
 // in memory, stopped at close.
 
 type Outcome = boolean | Error

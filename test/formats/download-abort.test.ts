@@ -1,5 +1,5 @@
 import t from 'tap'
-import { DownloadAbort } from '../../lib/downloads/download-abort.js'
+import { DownloadAbort } from '../../lib/formats/download-abort.js'
 
 t.test('a signal read before the abort is aborted with it', async (t) => {
   const abort = new DownloadAbort()

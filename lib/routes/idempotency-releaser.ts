@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { redactKeys } from '../keys/api-key.js'
-import type { IdempotencyScope, Storage } from './storage.js'
+import type { IdempotencyScope, Storage } from '../storage/storage.js'
 
 // Waits before each background attempt, about 3 minutes in all.
 export const RELEASE_RETRY_DELAYS_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 60_000, 60_000]
