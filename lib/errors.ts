@@ -4,7 +4,7 @@ import createError from '@fastify/error'
 // code (for hosts and tests to match on), the exact message of SPEC.md §7 /
 // DESIGN.md §2 and §4, and its status. Bodies show only `message`.
 
-const SUPPORTED_FORMATS = 'json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow'
+export const SUPPORTED_FORMATS = 'json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow'
 
 // Answers, not faults: they carry no stack trace, whose capture would cost
 // every refused request (a flood of wrong keys is mostly refusals).

@@ -30,7 +30,7 @@ export function arrowType (column: Column): DataType {
     case 'date': return new DateDay()
     case 'timestamp': return new Timestamp(TimeUnit.MICROSECOND, column.withTimeZone === true ? 'UTC' : null)
     case 'decimal':
-      // Wider decimals go as their exact text: Decimal256 is not read by every Arrow reader.
+      // Wider decimals go as their exact text, as in Parquet: few readers take Decimal256.
       return column.precision <= MAX_DECIMAL128_PRECISION ? new Decimal(column.scale, column.precision, 128) : new Utf8()
     case 'text': case 'json': return new Utf8()
     case 'binary': return new Binary()

@@ -57,19 +57,14 @@ function columnValues (column: PackedColumn, element: SchemaElement, rows: numbe
       const bits = values as Uint8Array
       return Array.from({ length: rows }, (_, i) => (isValid(column, i) ? (bits[i >> 3] & (1 << (i & 7))) !== 0 : null))
     }
-    case 'utf8': case 'binary': {
+    case 'utf8': case 'binary': case 'decimal-text': {
       const data = values as Uint8Array
       const ends = offsets as Int32Array
       return Array.from({ length: rows }, (_, i) => (isValid(column, i) ? data.subarray(ends[i], ends[i + 1]) : null))
     }
-    case 'decimal-text': {
-      const text = Buffer.from((values as Uint8Array).buffer, (values as Uint8Array).byteOffset, (values as Uint8Array).byteLength)
-      const ends = offsets as Int32Array
-      return Array.from({ length: rows }, (_, i) => (isValid(column, i) ? BigInt(text.toString('latin1', ends[i], ends[i + 1]).replace('.', '')) : null))
-    }
     case 'decimal128': {
       const words = values as Uint32Array
-      // INT32 for precision up to 9, INT64 up to 18, else a fixed-length byte array.
+      // INT32 for precision up to 9, INT64 up to 18, else a fixed-length byte array (up to 38).
       const physical = element.type
       return Array.from({ length: rows }, (_, i) => {
         if (!isValid(column, i)) return null

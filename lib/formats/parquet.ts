@@ -1,7 +1,7 @@
 import { ByteWriter, ParquetWriter } from 'hyparquet-writer'
 import type { Column, Entity } from '../host/dataset-source.js'
 import { archiveBody, archiveDownload, archiveFileNames } from './archive.js'
-import { isNullable } from './column-batch.js'
+import { MAX_DECIMAL128_PRECISION, isNullable } from './column-batch.js'
 import { entityBatches } from './entity-batches.js'
 import type { SchemaElement } from './parquet-row-group.js'
 import { perEntity } from './rows.js'
@@ -50,6 +50,9 @@ export function parquetElement (column: Column): SchemaElement {
     }
     case 'decimal': {
       const { precision, scale } = column
+      // Wider than DuckDB, Spark and polars hold (they read it as a double):
+      // its exact text instead, as in Arrow.
+      if (precision > MAX_DECIMAL128_PRECISION) return { ...base, type: 'BYTE_ARRAY', converted_type: 'UTF8', logical_type: { type: 'STRING' } }
       const decimal = { converted_type: 'DECIMAL' as const, precision, scale, logical_type: { type: 'DECIMAL' as const, precision, scale } }
       if (precision <= 9) return { ...base, type: 'INT32', ...decimal }
       if (precision <= 18) return { ...base, type: 'INT64', ...decimal }
