@@ -41,6 +41,24 @@ export async function parquetFolder (t: Test): Promise<(name: string, bytes: Uin
   }
 }
 
+/**
+ * A text column's values as the hex of their UTF-8 bytes, taken from the
+ * stream's own buffers: flechette's strings come through TextDecoder, which
+ * drops a leading U+FEFF.
+ */
+export function arrowTextHex (table: Table, name: string): Array<string | null> {
+  const column = table.getChild(name)
+  if (column === null) throw new Error(`no column ${name}`)
+  const out: Array<string | null> = []
+  for (const batch of column.data as unknown as Array<{ length: number, validity: Uint8Array | null, values: Uint8Array, offsets: Int32Array }>) {
+    for (let i = 0; i < batch.length; i++) {
+      const valid = batch.validity === null || batch.validity.length === 0 || (batch.validity[i >> 3] & (1 << (i & 7))) !== 0
+      out.push(valid ? Buffer.from(batch.values.subarray(batch.offsets[i], batch.offsets[i + 1])).toString('hex') : null)
+    }
+  }
+  return out
+}
+
 /** An Arrow IPC stream read by flechette, every value exact: decimals as scaled bigints, 64-bit integers and timestamps as bigints. */
 export function readArrowStream (bytes: Uint8Array): Table {
   return tableFromIPC(bytes, { useDecimalInt: true, useBigInt: true, useBigIntTimestamp: true })

@@ -139,8 +139,8 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   }
 
   if (request.method === 'HEAD') {
-    // The headers the GET would send, without reading a row.
-    const download = FORMATS[q.format](downloadSpec(dataset, q, context, new DownloadAbort()))
+    // The headers the GET would send, without reading a row (limit 0).
+    const download = FORMATS[q.format](downloadSpec(dataset, { ...q, limit: 0 }, context, new DownloadAbort()))
     disposeBody(download)
     return sendBody(reply, download.contentType, download.fileName, undefined)
   }

@@ -244,8 +244,9 @@ class Decimal128Packer extends ColumnPacker {
     if (text === null) return false
     const digits = text.replace('.', '')
     const at = row * 4
-    if (digits.length <= 16) {
-      // Within 2^53: the words come from the number itself, with no BigInt.
+    if (digits.length <= 15) {
+      // Fewer than 16 digits are within 2^53 (a sign counts as one): the
+      // words come from the number itself, with no BigInt.
       const n = Number(digits)
       this.words[at] = n >>> 0
       this.words[at + 1] = Math.floor(n / 4294967296) >>> 0

@@ -55,11 +55,10 @@ class EncoderThread {
 
   constructor (onIdle: (thread: EncoderThread) => void, onExit: (thread: EncoderThread, err: Error) => void) {
     this.worker = startWorker()
-    // Never what keeps the host's process alive.
-    this.worker.unref()
     this.worker.on('message', (message: EncodedRowGroup | { error: string }) => {
       const job = this.job
       this.job = null
+      this.worker.unref()
       if (job !== null) {
         if ('error' in message) job.reject(new Error(message.error))
         else job.resolve(message)
@@ -68,6 +67,16 @@ class EncoderThread {
     })
     this.worker.on('error', (err) => { onExit(this, err) })
     this.worker.on('exit', (code) => { onExit(this, new Error(`A Parquet encoding thread stopped (exit code ${code})`)) })
+    // An idle thread never keeps the host's process alive (after the
+    // listeners: a 'message' listener refs the worker again).
+    this.worker.unref()
+  }
+
+  run (job: Job, transfer: ArrayBuffer[]): void {
+    this.job = job
+    // Busy, it keeps the process alive until its group is done.
+    this.worker.ref()
+    this.worker.postMessage(job.message, transfer)
   }
 }
 
@@ -152,11 +161,11 @@ export class ParquetEncoders {
         this.threads.add(thread)
       }
       const job = this.jobs.shift() as Job
-      thread.job = job
       try {
-        thread.worker.postMessage(job.message, batchBuffers(job.message.batch))
+        thread.run(job, batchBuffers(job.message.batch))
       } catch (err) {
         thread.job = null
+        thread.worker.unref()
         this.idle.push(thread)
         job.reject(err as Error)
       }

@@ -69,7 +69,8 @@ function columnValues (column: PackedColumn, element: SchemaElement, rows: numbe
       return Array.from({ length: rows }, (_, i) => {
         if (!isValid(column, i)) return null
         const at = i * 4
-        if (physical === 'INT32') return words[at] | 0
+        // Always a bigint: hyparquet-writer scales a number by 10^scale itself.
+        if (physical === 'INT32') return BigInt(words[at] | 0)
         const low = (BigInt(words[at + 1]) << 32n) | BigInt(words[at])
         if (physical === 'INT64') return BigInt.asIntN(64, low)
         return BigInt.asIntN(128, (((BigInt(words[at + 3]) << 32n) | BigInt(words[at + 2])) << 64n) | low)

@@ -141,7 +141,8 @@ t.test('the data routes: key security, the query of a download, the headers of a
   t.match(query.limit.schema, { type: 'integer', minimum: 0 })
   t.ok(Object.values(query).every((p) => p.required === false), 'all optional')
   t.same(Object.keys(dataset.responses['200'].content ?? {}).sort(),
-    ['application/json', 'application/sql', 'application/x-tar', 'application/zip', 'text/plain'])
+    ['application/json', 'application/sql', 'application/vnd.apache.arrow.stream', 'application/vnd.apache.parquet',
+      'application/x-tar', 'application/zip', 'text/csv', 'text/plain'])
 
   t.notOk(pipeline.parameters?.some((p) => p.in === 'query'), 'a run takes no download query')
   t.ok(pipeline.parameters?.some((p) => p.in === 'header' && p.name === 'idempotency-key'))
