@@ -125,7 +125,7 @@ export class RenderedFiles {
       const hash = createHash('sha256')
       for await (const chunk of download.body) {
         const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
-        this.reserve(entry, bytes.byteLength)
+        await this.reserve(entry, bytes.byteLength)
         hash.update(bytes)
         await handle.write(bytes)
       }
@@ -146,14 +146,18 @@ export class RenderedFiles {
       return file
     } catch (err) {
       await handle?.close().catch(() => {})
-      await this.remove(entry)
+      await this.remove(entry).catch(() => {})
       if (err instanceof NoRoom) return null
       throw err
     }
   }
 
-  /** Takes `bytes` more of the budget for `entry`, removing unread files, least recently used first. */
-  private reserve (entry: Entry, bytes: number): void {
+  /**
+   * Takes `bytes` more of the budget for `entry`, removing unread files,
+   * least recently used first. A file's bytes stay counted until it is gone
+   * from the disk, so the disk never holds more than the budget.
+   */
+  private async reserve (entry: Entry, bytes: number): Promise<void> {
     const { maxBytes } = this.options
     if (this.closed) throw new Error('The server is closing')
     if (entry.size + bytes > maxBytes) {
@@ -161,11 +165,14 @@ export class RenderedFiles {
       if (this.tooLarge.size > TOO_LARGE_MEMORY) this.tooLarge.delete(this.tooLarge.values().next().value as string)
       throw new NoRoom()
     }
-    for (const other of this.entries.values()) {
-      if (this.usedBytes + bytes <= maxBytes) break
-      if (other.ready !== null && other.readers === 0) void this.remove(other)
+    while (this.usedBytes + bytes > maxBytes) {
+      let victim: Entry | undefined
+      for (const other of this.entries.values()) {
+        if (other.ready !== null && other.readers === 0) { victim = other; break }
+      }
+      if (victim === undefined) throw new NoRoom()
+      await this.remove(victim)
     }
-    if (this.usedBytes + bytes > maxBytes) throw new NoRoom()
     this.usedBytes += bytes
     entry.size += bytes
   }
@@ -176,9 +183,11 @@ export class RenderedFiles {
     entry.ready = null
     const size = entry.size
     entry.size = 0
-    // Counted free at once: nothing reads it (or it was never whole), and rm follows.
-    this.usedBytes -= size
-    await rm(entry.path, { force: true }).catch(() => {})
+    try {
+      await rm(entry.path, { force: true })
+    } finally {
+      this.usedBytes -= size
+    }
   }
 
   private async makeFolder (): Promise<void> {
