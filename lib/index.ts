@@ -110,7 +110,7 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     tarSpool,
     renderedBodies: options.renderedBodyCacheBytes === 0 ? null : new RenderedBodies(options.renderedBodyCacheBytes),
     renderedFiles: options.renderedFiles.maxBytes === 0 ? null : new RenderedFiles(options.renderedFiles),
-    parquetEncoders: new ParquetEncoders({ threads: options.parquetThreads, maxWaiting: options.parquetMaxWaiting }),
+    parquetEncoders: new ParquetEncoders({ threads: options.parquetThreads, maxWaiting: options.parquetMaxWaiting, batchBytes: options.columnarBatchBytes }),
     metrics: null,
     logs
   }

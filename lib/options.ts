@@ -112,7 +112,7 @@ export interface DataEndpointsOptions {
   renderedBodyCacheBytes?: number
   /**
    * bytes of values in one Parquet row group or Arrow record batch; default
-   * 8 MiB. A download holds about one (a client that stops reading holds the
+   * 4 MiB. A download holds about one (a client that stops reading holds the
    * one being sent); larger groups compress better and cost more memory
    */
   columnarBatchBytes?: number
@@ -164,7 +164,7 @@ export const DEFAULTS = {
   downloadChunkSize: DEFAULT_CHUNK_SIZE,
   compression: true,
   renderedBodyCacheBytes: 16 * 1024 * 1024,
-  columnarBatchBytes: 8 * 1024 * 1024,
+  columnarBatchBytes: 4 * 1024 * 1024,
   parquetThreads: Math.max(1, Math.min(4, availableParallelism() - 1)),
   parquetMaxWaiting: 64,
   parquetCompression: 'snappy',

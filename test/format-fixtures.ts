@@ -57,7 +57,7 @@ process.once('exit', () => { rmSync(tarSpool.folder, { recursive: true, force: t
 
 /** A DownloadSpec for calling a format directly. */
 // Likewise the Parquet encoders: their threads never keep the process alive.
-export const parquetEncoders = new ParquetEncoders({ threads: 2, maxWaiting: 64 })
+export const parquetEncoders = new ParquetEncoders({ threads: 2, maxWaiting: 64, batchBytes: DEFAULTS.columnarBatchBytes })
 
 export function specOf (dataset: Dataset, options: { limit?: number, archiveType?: ArchiveType, entities?: readonly Entity[], batchBytes?: number } = {}): DownloadSpec {
   return {

@@ -96,9 +96,14 @@ function grownBytes (old: Uint8Array, needed: number): Uint8Array<ArrayBuffer> {
 
 /** Text to UTF-8 at the end of a growing buffer. */
 class ByteData {
-  bytes: Uint8Array<ArrayBuffer> = new Uint8Array(64 * 1024)
+  bytes: Uint8Array<ArrayBuffer>
   length = 0
-  private buffer = Buffer.from(this.bytes.buffer)
+  private buffer: Buffer
+
+  constructor (size: number) {
+    this.bytes = new Uint8Array(Math.max(1024, size))
+    this.buffer = Buffer.from(this.bytes.buffer)
+  }
 
   writeText (s: string): void {
     // At most 3 bytes per UTF-16 unit.
@@ -123,9 +128,11 @@ abstract class ColumnPacker {
   rows = 0
   nulls = 0
   protected validity: Uint8Array | null = null
-  protected capacity = INITIAL_ROWS
+  protected capacity: number
 
-  constructor (readonly kind: PackedKind, private readonly nullable: boolean) {}
+  constructor (readonly kind: PackedKind, private readonly nullable: boolean, rows: number) {
+    this.capacity = rows
+  }
 
   /** Appends one value; throws a ValueError for one the column cannot hold. */
   push (value: unknown): void {
@@ -133,7 +140,7 @@ abstract class ColumnPacker {
     if (!this.pushValue(value, this.rows)) {
       if (!this.nullable) throw new ValueError('NULL in a column that is NOT NULL')
       if (this.validity === null) {
-        this.validity = new Uint8Array(this.capacity >> 3).fill(0xff)
+        this.validity = new Uint8Array((this.capacity + 7) >> 3).fill(0xff)
       }
       this.validity[this.rows >> 3] &= ~(1 << (this.rows & 7))
       this.nulls++
@@ -144,12 +151,17 @@ abstract class ColumnPacker {
   /** Bytes the values take so far (data bytes for variable-width kinds). */
   abstract get bytes (): number
 
+  /** Data bytes of a variable-width column; 0 for the others. */
+  get dataBytes (): number {
+    return 0
+  }
+
   /** Writes `value` at `row`; false for NULL (the slot stays zero). */
   protected abstract pushValue (value: unknown, row: number): boolean
 
   protected growTo (capacity: number): void {
     if (this.validity !== null) {
-      const next = new Uint8Array(capacity >> 3).fill(0xff)
+      const next = new Uint8Array((capacity + 7) >> 3).fill(0xff)
       next.set(this.validity)
       this.validity = next
     }
@@ -170,12 +182,12 @@ class FixedPacker<A extends FixedArray> extends ColumnPacker {
   private values: A
 
   constructor (
-    kind: PackedKind, nullable: boolean,
+    kind: PackedKind, nullable: boolean, rows: number,
     private readonly make: (length: number) => A,
     private readonly convert: (value: unknown) => A[number] | null
   ) {
-    super(kind, nullable)
-    this.values = make(INITIAL_ROWS)
+    super(kind, nullable, rows)
+    this.values = make(rows)
   }
 
   get bytes (): number {
@@ -202,7 +214,7 @@ class FixedPacker<A extends FixedArray> extends ColumnPacker {
 }
 
 class BooleanPacker extends ColumnPacker {
-  private bits: Uint8Array<ArrayBuffer> = new Uint8Array(INITIAL_ROWS >> 3)
+  private bits: Uint8Array<ArrayBuffer> = new Uint8Array((this.capacity + 7) >> 3)
 
   get bytes (): number {
     return this.rows >> 3
@@ -216,7 +228,7 @@ class BooleanPacker extends ColumnPacker {
   }
 
   protected override growTo (capacity: number): void {
-    this.bits = grownBytes(this.bits, capacity >> 3)
+    this.bits = grownBytes(this.bits, (capacity + 7) >> 3)
     super.growTo(capacity)
   }
 
@@ -227,11 +239,11 @@ class BooleanPacker extends ColumnPacker {
 
 /** decimal(p,s), p <= 38: the unscaled integer in four 32-bit words, least significant first. */
 class Decimal128Packer extends ColumnPacker {
-  private words = new Uint32Array(INITIAL_ROWS * 4)
+  private words = new Uint32Array(this.capacity * 4)
   private readonly text: (value: unknown) => string | null
 
-  constructor (nullable: boolean, precision: number, scale: number) {
-    super('decimal128', nullable)
+  constructor (nullable: boolean, rows: number, precision: number, scale: number) {
+    super('decimal128', nullable, rows)
     this.text = decimalText(precision, scale)
   }
 
@@ -272,18 +284,23 @@ class Decimal128Packer extends ColumnPacker {
 
 /** text, json, binary and wide decimals: offsets into one byte buffer. */
 class VariablePacker extends ColumnPacker {
-  private offsets = new Int32Array(INITIAL_ROWS + 1)
-  private readonly data = new ByteData()
+  private offsets = new Int32Array(this.capacity + 1)
+  private readonly data: ByteData
 
   constructor (
-    kind: PackedKind, nullable: boolean,
+    kind: PackedKind, nullable: boolean, rows: number, dataBytes: number,
     private readonly write: (value: unknown, data: ByteData) => boolean
   ) {
-    super(kind, nullable)
+    super(kind, nullable, rows)
+    this.data = new ByteData(dataBytes)
   }
 
   get bytes (): number {
     return this.data.length + this.rows * 4
+  }
+
+  override get dataBytes (): number {
+    return this.data.length
   }
 
   protected pushValue (value: unknown, row: number): boolean {
@@ -341,22 +358,33 @@ export function timestampMicros (withTimeZone: boolean): (value: unknown) => big
   }
 }
 
-function packerFor (column: Column): ColumnPacker {
+/**
+ * How large to make a column's buffers at first: the size of the last
+ * batch, when there was one, so that a batch rarely grows its buffers (each
+ * growth is a new buffer and a copy, and garbage for the GC).
+ */
+export interface BatchSizeHint {
+  rows: number
+  /** data bytes of each column (variable-width kinds) */
+  dataBytes: readonly number[]
+}
+
+function packerFor (column: Column, rows: number, dataBytes: number): ColumnPacker {
   const nullable = isNullable(column)
   switch (column.type) {
-    case 'integer': return new FixedPacker('int32', nullable, (n) => new Int32Array(n), integerValue)
-    case 'bigint': return new FixedPacker('int64', nullable, (n) => new BigInt64Array(n), toBigint)
-    case 'float': return new FixedPacker('float64', nullable, (n) => new Float64Array(n), floatValue)
-    case 'date': return new FixedPacker('date32', nullable, (n) => new Int32Array(n), dateDays)
-    case 'timestamp': return new FixedPacker('timestamp', nullable, (n) => new BigInt64Array(n), timestampMicros(column.withTimeZone === true))
-    case 'boolean': return new BooleanPacker('bool', nullable)
+    case 'integer': return new FixedPacker('int32', nullable, rows, (n) => new Int32Array(n), integerValue)
+    case 'bigint': return new FixedPacker('int64', nullable, rows, (n) => new BigInt64Array(n), toBigint)
+    case 'float': return new FixedPacker('float64', nullable, rows, (n) => new Float64Array(n), floatValue)
+    case 'date': return new FixedPacker('date32', nullable, rows, (n) => new Int32Array(n), dateDays)
+    case 'timestamp': return new FixedPacker('timestamp', nullable, rows, (n) => new BigInt64Array(n), timestampMicros(column.withTimeZone === true))
+    case 'boolean': return new BooleanPacker('bool', nullable, rows)
     case 'decimal':
       return column.precision <= MAX_DECIMAL128_PRECISION
-        ? new Decimal128Packer(nullable, column.precision, column.scale)
-        : new VariablePacker('decimal-text', nullable, textWriter(decimalText(column.precision, column.scale)))
-    case 'text': return new VariablePacker('utf8', nullable, textWriter(textValue(column.maxLength)))
-    case 'json': return new VariablePacker('utf8', nullable, textWriter(jsonText))
-    case 'binary': return new VariablePacker('binary', nullable, (value, data) => {
+        ? new Decimal128Packer(nullable, rows, column.precision, column.scale)
+        : new VariablePacker('decimal-text', nullable, rows, dataBytes, textWriter(decimalText(column.precision, column.scale)))
+    case 'text': return new VariablePacker('utf8', nullable, rows, dataBytes, textWriter(textValue(column.maxLength)))
+    case 'json': return new VariablePacker('utf8', nullable, rows, dataBytes, textWriter(jsonText))
+    case 'binary': return new VariablePacker('binary', nullable, rows, dataBytes, (value, data) => {
       const b = binaryValue(value)
       if (b === null) return false
       data.writeBytes(b)
@@ -369,8 +397,15 @@ function packerFor (column: Column): ColumnPacker {
 export class BatchPacker {
   private readonly packers: ColumnPacker[]
 
-  constructor (private readonly entity: Entity) {
-    this.packers = entity.columns.map(packerFor)
+  constructor (private readonly entity: Entity, hint?: BatchSizeHint) {
+    // A little over the last batch's size: the next one often has a few more rows.
+    const rows = hint === undefined ? INITIAL_ROWS : Math.max(INITIAL_ROWS, Math.ceil(hint.rows * 1.1))
+    this.packers = entity.columns.map((c, i) => packerFor(c, rows, hint === undefined ? 64 * 1024 : Math.ceil((hint.dataBytes[i] ?? 0) * 1.1)))
+  }
+
+  /** The sizes of this batch, for the next. */
+  get sizeHint (): BatchSizeHint {
+    return { rows: this.rows, dataBytes: this.packers.map((p) => p.dataBytes) }
   }
 
   get rows (): number {

@@ -32,7 +32,7 @@ class BatchInProgress {
 
   take (): PackedBatch {
     const batch = this.packer.finish()
-    this.packer = new BatchPacker(this.entity)
+    this.packer = new BatchPacker(this.entity, this.packer.sizeHint)
     return batch
   }
 }

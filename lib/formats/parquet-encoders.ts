@@ -20,6 +20,8 @@ export interface ParquetEncodersOptions {
   threads: number
   /** downloads that may wait for a slot before one that has not started is refused */
   maxWaiting: number
+  /** the row groups' size (columnarBatchBytes), which sets the threads' heap limit */
+  batchBytes: number
 }
 
 interface Waiter {
@@ -37,13 +39,25 @@ interface Job {
 const FROM_SOURCE = import.meta.url.endsWith('.ts')
 const WORKER_URL = new URL(FROM_SOURCE ? './parquet-worker.ts' : './parquet-worker.js', import.meta.url)
 
-function startWorker (): Worker {
+/**
+ * A worker's heap limit: encoding a row group takes about ten times its
+ * bytes of heap (hyparquet-writer makes a value object per row and column,
+ * then pages, dictionaries and statistics). Without a limit V8 lets an idle
+ * worker keep the heap of its largest group. A group past the limit fails
+ * its download ("A Parquet encoding thread stopped"), not the process.
+ */
+function workerLimits (batchBytes: number): { maxOldGenerationSizeMb: number } {
+  return { maxOldGenerationSizeMb: 64 + Math.ceil(batchBytes / 2 ** 20) * 16 }
+}
+
+function startWorker (batchBytes: number): Worker {
+  const resourceLimits = workerLimits(batchBytes)
   // Run from the TypeScript source (tests, through tsx): a worker does not
   // inherit the loader registered by `--import tsx`, so it registers it first.
   if (FROM_SOURCE) {
-    return new Worker(`import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(WORKER_URL.href)}) })`, { eval: true })
+    return new Worker(`import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(WORKER_URL.href)}) })`, { eval: true, resourceLimits })
   }
-  return new Worker(WORKER_URL)
+  return new Worker(WORKER_URL, { resourceLimits })
 }
 
 /** Seconds a refused download is told to wait. */
@@ -53,8 +67,8 @@ class EncoderThread {
   readonly worker: Worker
   job: Job | null = null
 
-  constructor (onIdle: (thread: EncoderThread) => void, onExit: (thread: EncoderThread, err: Error) => void) {
-    this.worker = startWorker()
+  constructor (batchBytes: number, onIdle: (thread: EncoderThread) => void, onExit: (thread: EncoderThread, err: Error) => void) {
+    this.worker = startWorker(batchBytes)
     this.worker.on('message', (message: EncodedRowGroup | { error: string }) => {
       const job = this.job
       this.job = null
@@ -157,7 +171,7 @@ export class ParquetEncoders {
       let thread = this.idle.pop()
       if (thread === undefined) {
         if (this.threads.size >= this.options.threads) return
-        thread = new EncoderThread((t) => this.onIdle(t), (t, err) => this.onExit(t, err))
+        thread = new EncoderThread(this.options.batchBytes, (t) => this.onIdle(t), (t, err) => this.onExit(t, err))
         this.threads.add(thread)
       }
       const job = this.jobs.shift() as Job

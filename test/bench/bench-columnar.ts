@@ -6,7 +6,7 @@ import { DEFAULTS } from '../../lib/options.js'
 export function benchColumnar (): ColumnarSettings {
   return {
     batchBytes: DEFAULTS.columnarBatchBytes,
-    encoders: new ParquetEncoders({ threads: DEFAULTS.parquetThreads, maxWaiting: DEFAULTS.parquetMaxWaiting }),
+    encoders: new ParquetEncoders({ threads: DEFAULTS.parquetThreads, maxWaiting: DEFAULTS.parquetMaxWaiting, batchBytes: DEFAULTS.columnarBatchBytes }),
     codec: 'SNAPPY'
   }
 }
