@@ -40,14 +40,16 @@ const FROM_SOURCE = import.meta.url.endsWith('.ts')
 const WORKER_URL = new URL(FROM_SOURCE ? './parquet-worker.ts' : './parquet-worker.js', import.meta.url)
 
 /**
- * A worker's heap limit: encoding a row group takes about ten times its
+ * A worker's heap limits: encoding a row group takes about ten times its
  * bytes of heap (hyparquet-writer makes a value object per row and column,
- * then pages, dictionaries and statistics). Without a limit V8 lets an idle
- * worker keep the heap of its largest group. A group past the limit fails
- * its download ("A Parquet encoding thread stopped"), not the process.
+ * then pages, dictionaries and statistics). Without limits V8 lets an idle
+ * worker keep the heap of its largest group, and a young generation of
+ * 16 MiB (instead of 48) cost 10-15% more time for some 40 MiB less memory
+ * per thread. A group past the limit fails its download ("A Parquet encoding
+ * thread stopped"), not the process.
  */
-function workerLimits (batchBytes: number): { maxOldGenerationSizeMb: number } {
-  return { maxOldGenerationSizeMb: 64 + Math.ceil(batchBytes / 2 ** 20) * 16 }
+function workerLimits (batchBytes: number): { maxOldGenerationSizeMb: number, maxYoungGenerationSizeMb: number } {
+  return { maxOldGenerationSizeMb: 64 + Math.ceil(batchBytes / 2 ** 20) * 16, maxYoungGenerationSizeMb: 16 }
 }
 
 function startWorker (batchBytes: number): Worker {
