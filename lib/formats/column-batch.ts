@@ -11,8 +11,8 @@ import {
 // NULL in a column the model declares NOT NULL fails too (Parquet's REQUIRED
 // and Arrow's non-nullable fields cannot hold one). The buffers are laid out
 // as Arrow lays them out (validity bitmaps LSB first, offsets into one data
-// buffer), so Arrow takes them as they are, and they can be transferred to a
-// worker thread without a copy.
+// buffer), so Arrow takes them as they are, and a worker thread gets them in
+// one copy each.
 
 /** How a column's values are held. */
 export type PackedKind =
@@ -67,17 +67,6 @@ export interface PackedColumn {
 export interface PackedBatch {
   rows: number
   columns: PackedColumn[]
-}
-
-/** The ArrayBuffers of a batch, to transfer it to a worker thread. */
-export function batchBuffers (batch: PackedBatch): ArrayBuffer[] {
-  const buffers = new Set<ArrayBuffer>()
-  for (const column of batch.columns) {
-    for (const view of [column.validity, column.values, column.offsets]) {
-      if (view !== null) buffers.add(view.buffer as ArrayBuffer)
-    }
-  }
-  return [...buffers]
 }
 
 /** Whether row `i` of a column holds a value. */
@@ -174,6 +163,16 @@ abstract class ColumnPacker {
   }
 
   abstract finish (): PackedColumn
+
+  /**
+   * Empties the column for the next batch, keeping its buffers: the batch
+   * finished before must no longer be needed (it was copied elsewhere).
+   */
+  reset (): void {
+    this.rows = 0
+    this.nulls = 0
+    this.validity = null
+  }
 }
 
 type FixedArray = Int32Array | BigInt64Array | Float64Array
@@ -234,6 +233,12 @@ class BooleanPacker extends ColumnPacker {
 
   finish (): PackedColumn {
     return this.packed(this.bits.subarray(0, (this.rows + 7) >> 3))
+  }
+
+  override reset (): void {
+    // Bits are only ever set: the last batch's must go.
+    this.bits.fill(0, 0, (this.rows + 7) >> 3)
+    super.reset()
   }
 }
 
@@ -319,6 +324,11 @@ class VariablePacker extends ColumnPacker {
 
   finish (): PackedColumn {
     return this.packed(this.data.bytes.subarray(0, this.data.length), this.offsets.subarray(0, this.rows + 1))
+  }
+
+  override reset (): void {
+    this.data.length = 0
+    super.reset()
   }
 }
 
@@ -432,5 +442,10 @@ export class BatchPacker {
 
   finish (): PackedBatch {
     return { rows: this.rows, columns: this.packers.map((p) => p.finish()) }
+  }
+
+  /** Empties the batch for the next, in the same buffers (see ColumnPacker.reset). */
+  reset (): void {
+    for (const p of this.packers) p.reset()
   }
 }

@@ -19,29 +19,49 @@ import type { DownloadSpec } from './types.js'
 class BatchInProgress {
   private packer: BatchPacker
 
-  constructor (private readonly entity: Entity) {
+  constructor (private readonly entity: Entity, private readonly reuse: boolean) {
     this.packer = new BatchPacker(entity)
   }
 
-  get rows (): number { return this.packer.rows }
-  get bytes (): number { return this.packer.bytes }
+  // A batch taken and not yet refilled counts as empty.
+  get rows (): number { return this.refill ? 0 : this.packer.rows }
+  get bytes (): number { return this.refill ? 0 : this.packer.bytes }
 
-  push (row: Row): void {
-    this.packer.push(row)
-  }
-
+  /**
+   * The batch, full or last. With `reuse`, its buffers are refilled by the
+   * next batch once the reader asks for it; else the next has buffers of
+   * its own (sized as this one), and this one's are the reader's.
+   */
   take (): PackedBatch {
     const batch = this.packer.finish()
-    this.packer = new BatchPacker(this.entity, this.packer.sizeHint)
+    if (this.reuse) this.refill = true
+    else this.packer = new BatchPacker(this.entity, this.packer.sizeHint)
     return batch
+  }
+
+  /** Whether the next row goes into the buffers of the batch taken last (see take). */
+  private refill = false
+
+  push (row: Row): void {
+    if (this.refill) {
+      this.refill = false
+      this.packer.reset()
+    }
+    this.packer.push(row)
   }
 }
 
-export async function * entityBatches (spec: DownloadSpec, entity: Entity, batchBytes: number): AsyncGenerator<PackedBatch> {
+/**
+ * `reuse`: the reader is done with a batch when it asks for the next (it
+ * copied it), so every batch is packed into the same buffers: no garbage of
+ * several MiB per batch for the GC to find (Parquet). Without it, the
+ * reader may keep each batch's buffers (Arrow hands them to the response).
+ */
+export async function * entityBatches (spec: DownloadSpec, entity: Entity, batchBytes: number, reuse = false): AsyncGenerator<PackedBatch> {
   const { limit, abort, pace } = spec
   if (pace.turnDue) await pace.turn()
   if (limit === 0) return
-  const packer = new BatchInProgress(entity)
+  const packer = new BatchInProgress(entity, reuse)
   let n = 0
   const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort))
   const generator = isAsyncGenerator(rows)

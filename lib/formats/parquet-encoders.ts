@@ -1,6 +1,5 @@
 import { Worker } from 'node:worker_threads'
 import { ParquetEncodersBusyError, withDetails } from '../errors.js'
-import { batchBuffers } from './column-batch.js'
 import type { EncodedRowGroup, RowGroupJob } from './parquet-row-group.js'
 
 // Encoding a Parquet row group is synchronous CPU work (about 0.4 s for 80k
@@ -88,11 +87,14 @@ class EncoderThread {
     this.worker.unref()
   }
 
-  run (job: Job, transfer: ArrayBuffer[]): void {
+  run (job: Job): void {
     this.job = job
     // Busy, it keeps the process alive until its group is done.
     this.worker.ref()
-    this.worker.postMessage(job.message, transfer)
+    // Copied, not transferred: the download packs its next group into the
+    // same buffers (entity-batches.ts), and a buffer transferred away stayed
+    // counted on this thread until a full GC (2-3 MiB of garbage a group).
+    this.worker.postMessage(job.message)
   }
 }
 
@@ -159,7 +161,7 @@ export class ParquetEncoders {
     }
   }
 
-  /** Encodes a row group in a worker thread; the batch's buffers are transferred, so unusable here afterwards. */
+  /** Encodes a row group in a worker thread; the batch is copied to it when the job starts. */
   encode (message: RowGroupJob): Promise<EncodedRowGroup> {
     if (this.closed) return Promise.reject(new Error('The Parquet encoders are closed'))
     return new Promise((resolve, reject) => {
@@ -178,7 +180,7 @@ export class ParquetEncoders {
       }
       const job = this.jobs.shift() as Job
       try {
-        thread.run(job, batchBuffers(job.message.batch))
+        thread.run(job)
       } catch (err) {
         thread.job = null
         thread.worker.unref()

@@ -96,7 +96,8 @@ export async function * parquetFile (spec: DownloadSpec, entity: Entity): AsyncG
   const writer = new ByteWriter()
   const file = new ParquetWriter({ writer, schema: fileSchema, codec, createdBy: CREATED_BY })
   yield takeBytes(writer)
-  const batches = entityBatches(spec, entity, batchBytes)
+  // Each batch is copied to a worker thread, so the next is packed into the same buffers.
+  const batches = entityBatches(spec, entity, batchBytes, true)
   try {
     for (;;) {
       // A slot before the rows are read: it bounds the groups in memory.

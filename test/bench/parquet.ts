@@ -287,6 +287,7 @@ async function main (): Promise<void> {
     }
     let four: Run
     server = await startServer()
+    await ask(server, 'start')
     const idleRss = (await ask<Report>(server, 'report')).peakRssMB
     try {
       four = await downloadsWithProbe(server, Array.from({ length: 4 }, () => plugin(server, 'format=parquet')))
