@@ -109,6 +109,29 @@ export function encodeRowGroup (job: RowGroupJob): EncodedRowGroup {
     ...(isDeltaEncoded(leaves[i]) ? { encoding: 'DELTA_BINARY_PACKED' as const } : {})
   }))
   void parquet.write({ columnData, rowGroupSize: batch.rows })
+  const rowGroup = parquet.row_groups[0]
+  const indexes = parquet.pendingIndexes
+  trimViews([rowGroup, indexes], new Set())
   // A copy of the exact length: the writer's buffer has room to spare.
-  return { bytes: new Uint8Array(writer.getBuffer()), rowGroup: parquet.row_groups[0], indexes: parquet.pendingIndexes }
+  return { bytes: new Uint8Array(writer.getBuffer()), rowGroup, indexes }
+}
+
+/**
+ * Replaces every byte view in the metadata that shares a larger buffer
+ * (statistics' min and max point into the page being written) with a copy
+ * of its own. Sending a view to another thread sends its whole buffer: a
+ * 40-byte maximum carried 4 MiB along with every row group.
+ */
+function trimViews (value: unknown, seen: Set<object>): void {
+  if (typeof value !== 'object' || value === null || seen.has(value)) return
+  seen.add(value)
+  const object = value as Record<string, unknown>
+  for (const key of Object.keys(object)) {
+    const item = object[key]
+    if (item instanceof Uint8Array) {
+      if (item.byteLength !== item.buffer.byteLength) object[key] = item.slice()
+    } else {
+      trimViews(item, seen)
+    }
+  }
 }
