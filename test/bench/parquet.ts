@@ -25,6 +25,7 @@ import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import Database from 'better-sqlite3'
@@ -44,7 +45,7 @@ const MiB = 2 ** 20
 
 // ---- child: the server ------------------------------------------------------
 
-interface Report { peakRssMB: number, maxRssMB: number, heapAtPeakMB: number, externalAtPeakMB: number }
+interface Report { peakRssMB: number, maxRssMB: number, heapAtPeakMB: number, externalAtPeakMB: number, loopP99: number, loopMax: number }
 
 /**
  * What a host would write without the plugin: rows into column arrays,
@@ -119,6 +120,7 @@ async function serve (file: string): Promise<void> {
   await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', payload: { keyIds: [created.id] } })
   await app.listen({ host: '127.0.0.1', port: 0 })
 
+  const delay = monitorEventLoopDelay({ resolution: 1 })
   let peakRss = 0
   let atPeak = process.memoryUsage()
   const sample = setInterval(() => {
@@ -127,6 +129,8 @@ async function serve (file: string): Promise<void> {
   }, 20)
   process.on('message', (command) => {
     if (command === 'start') {
+      delay.reset()
+      delay.enable()
       peakRss = process.memoryUsage.rss()
       process.send?.('started')
     } else if (command === 'report') {
@@ -134,7 +138,9 @@ async function serve (file: string): Promise<void> {
         peakRssMB: peakRss / MiB,
         maxRssMB: process.resourceUsage().maxRSS / 1024,
         heapAtPeakMB: atPeak.heapTotal / MiB,
-        externalAtPeakMB: atPeak.external / MiB
+        externalAtPeakMB: atPeak.external / MiB,
+        loopP99: delay.percentile(99) / 1e6,
+        loopMax: delay.max / 1e6
       } satisfies Report)
     } else if (command === 'exit') {
       clearInterval(sample)
@@ -307,7 +313,7 @@ async function main (): Promise<void> {
     const ms = (n: number): string => n.toFixed(0)
     const row = (name: string, r: Run): string => {
       const times = r.downloads.map((d) => d.seconds)
-      return `| ${LABEL} | ${name} | ${ms(percentile(r.probes, 99))} / ${ms(Math.max(...r.probes))} | ${times.map((x) => x.toFixed(1)).join(', ')} | ` +
+      return `| ${LABEL} | ${name} | ${ms(percentile(r.probes, 99))} / ${ms(Math.max(...r.probes))} | ${ms(r.report.loopP99)} / ${ms(r.report.loopMax)} | ${times.map((x) => x.toFixed(1)).join(', ')} | ` +
         `${(Math.max(...times) / Math.min(...times)).toFixed(2)} | ${r.report.peakRssMB.toFixed(0)} / ${r.report.maxRssMB.toFixed(0)} | ` +
         `${r.report.heapAtPeakMB.toFixed(0)} / ${r.report.externalAtPeakMB.toFixed(0)} |`
     }
@@ -321,8 +327,8 @@ async function main (): Promise<void> {
       `| ${LABEL} | ${s(alone.parquet)} | ${s(alone.hand)} | ${(alone.hand.seconds / alone.parquet.seconds).toFixed(2)} | ${s(alone['csv-zip'])} | ` +
         `${mb(alone.parquet)} | ${mb(alone.hand)} | ${mb(alone['csv-zip'])} |`,
       '',
-      '| code | four at once | probe p99 / max (ms) | finish (s) | slowest / fastest | server peak RSS (MiB, sampled / maxRSS) | main thread at the peak: V8 heap / external (MiB) |',
-      '|---|---|---:|---:|---:|---:|---:|',
+      '| code | four at once | probe p99 / max (ms) | server event-loop delay p99 / max (ms) | finish (s) | slowest / fastest | server peak RSS (MiB, sampled / maxRSS) | main thread at the peak: V8 heap / external (MiB) |',
+      '|---|---|---:|---:|---:|---:|---:|---:|',
       row('plugin parquet', four),
       row('hand-written parquet', fourHand)
     ].join('\n'))
