@@ -80,8 +80,9 @@ export function sendError (error: FastifyError, request: FastifyRequest, reply: 
   errorMessages.set(request, message)
   if (typeof error.code === 'string') errorCodes.set(request, error.code)
   if (status >= 500) {
-    const err = { type: error.name, code: error.code, message: message, stack: redactKeys(error.stack ?? ''), cause: causeOf(error) }
-    request.log.error({ err, statusCode: status }, message)
+    const err = { type: error.name, code: error.code, message: message, stack: redactKeys(error.stack ?? '') }
+    const cause = causeOf(error)
+    request.log.error({ err, ...(cause === undefined ? {} : { cause }), statusCode: status }, message)
   }
   const { headers, body } = error as { headers?: Record<string, string>, body?: Record<string, string> }
   if (headers !== undefined) reply.headers(headers)
