@@ -21,7 +21,10 @@ async function adminClient (t: Test, connectionString: string): Promise<pg.Clien
 
 if (url !== null) {
   const schema = (await freshSchema(t, url)).schema
-  await storageContract(t, 'PgStorage', async () => new PgStorage({ connectionString: url, schema, poolSize: 4 }), { shared: true })
+  await storageContract(t, 'PgStorage', async () => new PgStorage({ connectionString: url, schema, poolSize: 4 }), {
+    shared: true,
+    fresh: async (t) => new PgStorage({ connectionString: url, schema: (await freshSchema(t, url)).schema, poolSize: 2 })
+  })
 
   const project = { organization: 'acme', project: 'shop' }
   const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
