@@ -245,8 +245,8 @@ function isPrefixTaken (err: unknown): boolean {
 /**
  * An error on the way to the server (refused, reset, timed out) becomes
  * "PostgreSQL unavailable: <reason>", whose reason never names the host: the
- * plugin shows it to API clients in the 500. An answer from the server (a
- * constraint, a cancelled statement) is passed on as it is.
+ * plugin logs it with the 500 it answers (`Internal server error`). An answer
+ * from the server (a constraint, a cancelled statement) is passed on as it is.
  */
 function unavailable (err: unknown): unknown {
   if (err instanceof loadPg().DatabaseError || !(err instanceof Error)) return err
