@@ -144,6 +144,15 @@ async function inputProperties (t: Test, name: string, open: (t: Test) => Promis
       if (res.statusCode !== 200 || res.json().customers.length !== Math.min(limit, customers)) fail(`limit=${text}`, res, `${Math.min(limit, customers)} rows`)
     }), RUNS)
 
+    await checkProperty(t, `${name}: sequences in data paths`, fc.asyncProperty(integerText, integerText, async (m, r) => {
+      const res = await app.inject({ url: `/api/acme/shop/model/${q(m)}/dataset/${q(r)}?meta=entities`, headers: { authorization: `Bearer ${base.key}` } })
+      const [model, resource] = [sequenceOf(m), sequenceOf(r)]
+      const expected = model === null || resource === null ? [404, 'Not found'] : model === 1 && resource === 1 ? [200] : [403, 'Unknown API Endpoint']
+      if (res.statusCode !== expected[0] || (expected[1] !== undefined && res.json().message !== expected[1])) {
+        fail(`GET model/${JSON.stringify(m)}/dataset/${JSON.stringify(r)}`, res, expected.join(' '))
+      }
+    }), RUNS)
+
     await checkProperty(t, `${name}: sequences in management paths`, fc.asyncProperty(integerText, integerText, async (m, r) => {
       const res = await app.inject({ method: 'DELETE', url: `${P}/endpoints/${q(m)}/pipeline/${q(r)}`, headers: ADMIN })
       const valid = sequenceOf(m) !== null && sequenceOf(r) !== null
