@@ -16,18 +16,25 @@ export function guardStorage (storage: Storage): Storage {
     if (err instanceof UsageInDoubtError || (typeof code === 'string' && code.startsWith('FDE_'))) return err
     return new InternalServerError({ cause: err })
   }
+  // One wrapper per method, made again only if the method itself is replaced.
+  const wrappers = new Map<PropertyKey, { method: (...args: unknown[]) => unknown, wrapper: (...args: unknown[]) => unknown }>()
   return new Proxy(storage, {
     get (target, name, receiver) {
       const value: unknown = Reflect.get(target, name, receiver)
       if (typeof value !== 'function') return value
-      return (...args: unknown[]): unknown => {
+      const known = wrappers.get(name)
+      if (known?.method === value) return known.wrapper
+      const method = value as (...args: unknown[]) => unknown
+      const wrapper = (...args: unknown[]): unknown => {
         try {
-          const result: unknown = value.apply(target, args)
+          const result = method.apply(target, args)
           return result instanceof Promise ? result.catch((err: unknown) => { throw wrap(err) }) : result
         } catch (err) {
           throw wrap(err)
         }
       }
+      wrappers.set(name, { method, wrapper })
+      return wrapper
     }
   })
 }
