@@ -6,11 +6,12 @@ import {
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
-  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit
 } from './storage.js'
 import { endpointPath } from './endpoint-path.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
 import { dailyCounts } from './usage-buckets.js'
+import { migrationsFor } from './migrations.js'
 
 export interface SqliteStorageOptions {
   /** a file path, or ':memory:' for a private in-memory database */
@@ -21,6 +22,11 @@ export interface SqliteStorageOptions {
 
 // Versioned migrations, applied in order at open; each runs once, in its own
 // transaction, and is recorded in schema_migrations. Never edit a shipped one.
+//
+// Migrations 1 to 5 below were written by hand for this dialect and have
+// shipped. From 6 on, a migration is added once, for both adapters, to
+// SHARED_MIGRATIONS (migrations.ts): tables are described in a table list
+// (table-list.ts) and this dialect's DDL is generated from it.
 export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE api_keys (
      id TEXT PRIMARY KEY,
@@ -120,7 +126,8 @@ export const MIGRATIONS: readonly string[] = [
   // One key's history without reading every key's: a year by hour for one of
   // 100 keys read all 900,000 buckets of the year (test/bench/usage-query.ts).
   `CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start);
-   CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start);`
+   CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start);`,
+  ...migrationsFor('sqlite')
 ]
 
 
@@ -311,6 +318,10 @@ async function mergeByStart (
   return rows
 }
 
+function endpointLocator (row: EndpointRow): EndpointLocator {
+  return { organization: row.organization, project: row.project, modelSequence: row.model_sequence, type: row.type, resourceSequence: row.resource_sequence }
+}
+
 function locatorParams (l: EndpointLocator): [string, string, number, string, number] {
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
@@ -417,11 +428,14 @@ export class SqliteStorage implements Storage {
       insertAudit: db.prepare<[string, string, number, string | null, AuditAction, string | null, string | null, string, string]>(
         `INSERT INTO audit_log (organization, project, at, actor, action, key_id, endpoint_id, target, changes)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-      listAudit: db.prepare<[string, string, number | null, number | null, number], AuditRow>(
+      listAudit: db.prepare<[string, string, bigint | null, bigint | null, number], AuditRow>(
         `SELECT id, at, actor, action, key_id, endpoint_id, target, changes FROM audit_log
           WHERE organization = ? AND project = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`),
       pruneAudit: db.prepare<[number]>('DELETE FROM audit_log WHERE at < ?'),
-      endpointKeyIds: db.prepare<[string], { key_id: string }>('SELECT key_id FROM endpoint_keys WHERE endpoint_id = ? ORDER BY key_id')
+      endpointKeyIds: db.prepare<[string], { key_id: string }>('SELECT key_id FROM endpoint_keys WHERE endpoint_id = ? ORDER BY key_id'),
+      keyEndpoints: db.prepare<[string, string, string], EndpointRow>(
+        `SELECT ${ENDPOINT_COLUMNS} FROM endpoints
+          WHERE id IN (SELECT endpoint_id FROM endpoint_keys WHERE key_id = ?) AND organization = ? AND project = ? ORDER BY id`)
     }
   }
 
@@ -504,7 +518,7 @@ export class SqliteStorage implements Storage {
     return row === undefined ? null : toKey(row)
   }
 
-  async createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord> {
+  async createKey (key: NewApiKey, audit: AuditContext, beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord> {
     const id = randomUUID()
     try {
       return this.db.transaction(() => {
@@ -512,6 +526,7 @@ export class SqliteStorage implements Storage {
           key.isActive ? 1 : 0, Date.now(), key.expiresAt === null ? null : key.expiresAt.getTime())
         const created = this.keyRecord(key, id) as ApiKeyRecord
         this.audit(key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: id })
+        beforeCommit?.(created)
         return created
       }).immediate()
     } catch (err) {
@@ -520,7 +535,8 @@ export class SqliteStorage implements Storage {
     }
   }
 
-  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null> {
+  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null> {
     const where = [project.organization, project.project, keyId] as const
     return this.db.transaction(() => {
       const before = this.keyRecord(project, keyId)
@@ -531,11 +547,13 @@ export class SqliteStorage implements Storage {
       const after = this.keyRecord(project, keyId) as ApiKeyRecord
       const changes = keyChanges(before, after)
       if (Object.keys(changes).length > 0) this.audit(project, audit, 'key.updated', after.prefix, changes, { keyId })
+      beforeCommit?.(after)
       return after
     }).immediate()
   }
 
-  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null> {
+  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null> {
     try {
       return this.db.transaction(() => {
         const before = this.keyRecord(project, keyId)
@@ -543,6 +561,7 @@ export class SqliteStorage implements Storage {
         this.statements.setSecret.run(secret.prefix, secret.hash, project.organization, project.project, keyId)
         const after = this.keyRecord(project, keyId) as ApiKeyRecord
         this.audit(project, audit, 'key.regenerated', after.prefix, { prefix: { from: before.prefix, to: after.prefix } }, { keyId })
+        beforeCommit?.(after)
         return after
       }).immediate()
     } catch (err) {
@@ -555,6 +574,12 @@ export class SqliteStorage implements Storage {
     return this.db.transaction(() => {
       const before = this.keyRecord(project, keyId)
       if (before === null) return false
+      // The endpoints it leaves, first: the page names the key in these entries by the prefix the next one gives.
+      for (const e of this.statements.keyEndpoints.all(keyId, project.organization, project.project)) {
+        const keyIds = this.statements.endpointKeyIds.all(e.id).map((r) => r.key_id)
+        this.audit(project, audit, 'endpoint.updated', endpointPath(endpointLocator(e)),
+          keyIdChanges(keyIds, keyIds.filter((id) => id !== keyId)), { endpointId: e.id })
+      }
       this.statements.deleteKey.run(project.organization, project.project, keyId)
       this.audit(project, audit, 'key.deleted', before.prefix, keyChanges(before, null), { keyId })
       return true
@@ -590,7 +615,8 @@ export class SqliteStorage implements Storage {
     return row === undefined ? null : this.endpointsWithKeys(locator, [row])[0]
   }
 
-  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult> {
+  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext,
+    beforeCommit?: (endpoint: EndpointRecord, created: boolean) => void): Promise<PutEndpointResult> {
     const s = this.statements
     const result = this.db.transaction((): PutEndpointResult => {
       const projectKeys = new Set(s.projectKeyIds.all(locator.organization, locator.project).map((r) => r.id))
@@ -612,7 +638,9 @@ export class SqliteStorage implements Storage {
         this.audit(locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
       }
       endpoint = s.getEndpoint.get(...locatorParams(locator)) as EndpointRow
-      return { ok: true, created, endpoint: this.endpointsWithKeys(locator, [endpoint])[0] }
+      const record = this.endpointsWithKeys(locator, [endpoint])[0]
+      beforeCommit?.(record, created)
+      return { ok: true, created, endpoint: record }
     }).immediate()
     return result
   }
@@ -630,7 +658,8 @@ export class SqliteStorage implements Storage {
   }
 
   async listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]> {
-    const before = query.before === undefined ? null : Number(query.before)
+    // A BigInt, as PostgreSQL's bigint: exact past 2^53 too, so both stores read every cursor alike.
+    const before = query.before === undefined ? null : BigInt(query.before)
     return this.statements.listAudit.all(project.organization, project.project, before, before, query.limit).map((r) => ({
       id: String(r.id),
       at: new Date(r.at),
