@@ -224,7 +224,7 @@ t.test('500 with the exact message for an unknown format, after the key check', 
   const { app } = await buildApp(t)
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
-  for (const format of ['xml', 'JSON', '', 'csv']) {
+  for (const format of ['xml', 'JSON', '', 'tsv', 'PARQUET']) {
     const res = await app.inject({ url: DATASET_URL, query: { api_key: k.key, format } })
     t.equal(res.statusCode, 500, format)
     t.same(res.json(), { message: UNKNOWN_FORMAT(format) }, format)
