@@ -160,7 +160,7 @@ t.test('first start, restart with the same data, graceful stop', async (t) => {
   t.notOk(logText.includes(key.slice(11)), 'nor its secret part')
   t.notOk(logText.includes(adminToken as string), 'nor the admin token')
   t.ok(logText.includes('api_key=[redacted]'), 'query keys are logged redacted')
-  t.equal(stopped.stdout.split(key).length - 1, 4, 'the key is printed in the start-up block only (once, plus 3 curl lines)')
+  t.equal(stopped.stdout.split(key).length - 1, 5, 'the key is printed in the start-up block only (once, plus 4 curl lines)')
 
   // Restart on the same data: no new demo key, counters and jobs kept.
   const again = await startServer(t, { DATA_DIR: dataDir })
