@@ -123,6 +123,9 @@ export async function buildScaleProject (storage: Storage, options: ScaleOptions
         [rows.map((r) => r[0]), rows.map((r) => r[1]), rows.map((r) => r[2]), rows.map((r) => r[3])])
       }
       await client.query('COMMIT')
+      // As autovacuum does after a bulk load: without statistics the planner takes the tables
+      // for empty and scans them (the whole endpoint list of 2,000 took 1.6 s instead of 76 ms).
+      await client.query(`ANALYZE ${['api_keys', 'endpoints', 'endpoint_keys', 'usage_hourly', 'usage_daily'].map(t).join(', ')}`)
     } catch (err) {
       await client.query('ROLLBACK')
       throw err
