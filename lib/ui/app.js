@@ -1592,11 +1592,13 @@ async function load () {
   // The assign form offers the page's first keys until the user searches.
   Object.assign(assign, { results: keyPage.items.slice(0, CHOICES), more: keyPage.items.length > CHOICES || keyPage.after !== null })
   mergeAudit(auditNow)
+  // The keys first, in a frame of their own; the rest in the next: one long layout becomes two short ones.
   renderKeys()
+  $('#workspace').hidden = false
+  await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)))
   renderEndpoints()
   renderChoices()
   renderAudit()
-  $('#workspace').hidden = false
   watchRows($('#keys-table'), false)
   watchRows($('#endpoints-table'), false)
   await usageSettled()
