@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import { collectDefaultMetrics, Registry } from 'prom-client'
 import dataEndpoints, {
   frameworkErrorReply, MANAGE_API_KEYS, PgStorage, redactingRequestSerializer, SqliteStorage, type Storage
@@ -59,6 +59,8 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
   let datasets: SampleDatasets | undefined
   let jobStore: JobStore | undefined
   let jobs: SampleJobs | undefined
+  // The app's logger, once the app is made: a connection may be closed before.
+  const logs: { to?: FastifyBaseLogger } = {}
   // Timers first, then the connections they write through.
   const closeExample = async (): Promise<void> => {
     try {
@@ -75,7 +77,8 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     if (config.databaseUrl === undefined) {
       jobStore = new SqliteJobStore(exampleDb)
     } else {
-      const pgJobs = new PgJobStore({ connectionString: config.databaseUrl, schema: config.databaseSchema ?? 'data_endpoints' })
+      const pgJobs = new PgJobStore({ connectionString: config.databaseUrl, schema: config.databaseSchema ?? 'data_endpoints' },
+        (err) => { logs.to?.warn({ err }, 'the database closed an idle job store connection; the next query opens another') })
       jobStore = pgJobs
       await pgJobs.open()
     }
@@ -94,6 +97,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     // A malformed URL or an over-long path parameter: answered without quoting the URL.
     frameworkErrors: frameworkErrorReply
   })
+  logs.to = app.log
   app.addHook('onClose', closeExample)
   // For tests and a curious host: the pools of prepared statements show through it.
   app.decorate('sampleDatasets', datasets)

@@ -31,6 +31,20 @@ export interface JobStore {
 
 const UNFINISHED = "status IN ('queued', 'running')"
 
+// A connection the server ended (a failover, a restart, an idle-connection
+// reaper: pg_terminate_backend) fails the statement it was running, with
+// 57P01 and its kin from the server, or a client-side error without a code.
+// Such a statement is tried again on a new connection; the writes below are
+// idempotent, so one whose answer was lost is safe to repeat.
+const CONNECTION_LOST = /^(57P0[1-3]|08\d{3})$/
+const RETRY_DELAYS_MS = [50, 250, 1000]
+
+function connectionLost (err: unknown): boolean {
+  const { code, message } = err as { code?: unknown, message?: unknown }
+  if (typeof code === 'string') return CONNECTION_LOST.test(code) || code === 'ECONNRESET' || code === 'ECONNREFUSED' || code === 'EPIPE'
+  return typeof message === 'string' && /Connection terminated|connection timeout|Client has encountered a connection error/i.test(message)
+}
+
 /** Jobs in the example's SQLite database: one process. */
 export class SqliteJobStore implements JobStore {
   private readonly statements
@@ -90,11 +104,30 @@ export class PgJobStore implements JobStore {
   private readonly table: string
   private ready: Promise<void> | null = null
 
-  /** `schema`: as PgStorage's (lower-case letters, digits, _), which it has created. */
-  constructor (options: { connectionString: string, schema: string }) {
+  /**
+   * `schema`: as PgStorage's (lower-case letters, digits, _), which it has
+   * created. `onError` hears a connection the server ended while idle.
+   */
+  constructor (options: { connectionString: string, schema: string }, onError: (err: Error) => void = () => {}) {
     if (!/^[a-z_][a-z0-9_]{0,62}$/.test(options.schema)) throw new TypeError('PgJobStore: bad schema name')
     this.pool = new pg.Pool({ connectionString: options.connectionString, max: 4 })
+    // Without a listener, an idle connection the server ends is an
+    // 'error' event nobody handles, and the process exits. The pool drops
+    // the connection and opens another for the next query.
+    this.pool.on('error', onError)
     this.table = `"${options.schema}".example_jobs`
+  }
+
+  /** A statement, tried again on a new connection when the server ended the one it ran on. */
+  private async query<R extends pg.QueryResultRow> (text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.pool.query<R>(text, values)
+      } catch (err) {
+        if (attempt >= RETRY_DELAYS_MS.length || !connectionLost(err)) throw err
+        await new Promise((resolve) => setTimeout(resolve, RETRY_DELAYS_MS[attempt]))
+      }
+    }
   }
 
   /** Creates the table once (IF NOT EXISTS, so instances starting together agree). */
@@ -103,6 +136,9 @@ export class PgJobStore implements JobStore {
       // IF NOT EXISTS still fails when two sessions create at the same moment:
       // instances starting together take turns under a lock.
       const client = await this.pool.connect()
+      // An error on the socket between two statements: the next one fails instead.
+      const ignore = (): void => {}
+      client.on('error', ignore)
       try {
         await client.query('BEGIN')
         await client.query("SELECT pg_advisory_xact_lock(hashtext('fastify-data-endpoints example_jobs'))")
@@ -121,6 +157,7 @@ export class PgJobStore implements JobStore {
         await client.query('ROLLBACK').catch(() => {})
         throw err
       } finally {
+        client.removeListener('error', ignore)
         client.release()
       }
     })().catch((err: unknown) => {
@@ -131,15 +168,16 @@ export class PgJobStore implements JobStore {
   }
 
   async insert (id: string, pipeline: number, owner: string): Promise<void> {
-    await this.pool.query(`INSERT INTO ${this.table} (id, pipeline, owner, status) VALUES ($1, $2, $3, 'queued')`, [id, pipeline, owner])
+    // ON CONFLICT: a retry of an insert whose answer was lost finds its row.
+    await this.query(`INSERT INTO ${this.table} (id, pipeline, owner, status) VALUES ($1, $2, $3, 'queued') ON CONFLICT (id) DO NOTHING`, [id, pipeline, owner])
   }
 
   async setStatus (id: string, status: JobStatus, error: string | null): Promise<void> {
-    await this.pool.query(`UPDATE ${this.table} SET status = $1, error = $2, updated_at = now() WHERE id = $3`, [status, error, id])
+    await this.query(`UPDATE ${this.table} SET status = $1, error = $2, updated_at = now() WHERE id = $3`, [status, error, id])
   }
 
   async get (id: string): Promise<JobRow | null> {
-    const { rows } = await this.pool.query<{ id: string, status: JobStatus, error: string | null, created_at: Date, updated_at: Date }>(
+    const { rows } = await this.query<{ id: string, status: JobStatus, error: string | null, created_at: Date, updated_at: Date }>(
       `SELECT id, status, error, created_at, updated_at FROM ${this.table} WHERE id = $1`, [id])
     const row = rows[0]
     return row === undefined ? null : { id: row.id, status: row.status, error: row.error, createdAt: row.created_at, updatedAt: row.updated_at }
@@ -147,8 +185,8 @@ export class PgJobStore implements JobStore {
 
   async failUnfinished (error: string, scope: { owner: string } | { staleMs: number }): Promise<number> {
     const result = 'owner' in scope
-      ? await this.pool.query(`UPDATE ${this.table} SET status = 'failed', error = $1, updated_at = now() WHERE ${UNFINISHED} AND owner = $2`, [error, scope.owner])
-      : await this.pool.query(`UPDATE ${this.table} SET status = 'failed', error = $1, updated_at = now()
+      ? await this.query(`UPDATE ${this.table} SET status = 'failed', error = $1, updated_at = now() WHERE ${UNFINISHED} AND owner = $2`, [error, scope.owner])
+      : await this.query(`UPDATE ${this.table} SET status = 'failed', error = $1, updated_at = now()
           WHERE ${UNFINISHED} AND updated_at < now() - make_interval(secs => $2)`, [error, scope.staleMs / 1000])
     return result.rowCount ?? 0
   }

@@ -45,6 +45,11 @@ export const KeyNotFoundError = answer('FDE_KEY_NOT_FOUND', 'API key not found',
 export const EndpointNotFoundError = answer('FDE_ENDPOINT_NOT_FOUND', 'Endpoint not found', 404)
 export const BadRequestError = answer<[string]>('FDE_BAD_REQUEST', '%s', 400)
 
+// A failure the client cannot act on: storage that failed (its text may name
+// tables, values or hosts) or an answer that did not fit its schema. The
+// detail, its `cause`, goes to the log only.
+export const InternalServerError = answer<[{ cause: unknown }]>('FDE_INTERNAL', 'Internal server error', 500)
+
 // Options checked at registration
 export const InvalidOptionError = createError<[string]>('FDE_INVALID_OPTION', 'fastify-data-endpoints: %s')
 

@@ -21,6 +21,7 @@ import { managementUi } from './routes/management-ui.js'
 import { openapiRoute, swaggerOptions } from './routes/openapi.js'
 import { resolveOptions, type DataEndpointsOptions } from './options.js'
 import type { Storage } from './storage/storage.js'
+import { guardStorage } from './storage/guarded-storage.js'
 import { PluginMetrics } from './metrics.js'
 import { RenderedBodies } from './downloads/rendered-bodies.js'
 import { UsageRecorder } from './storage/usage-recorder.js'
@@ -84,7 +85,8 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   const logs = typeof app.log.level === 'string'
   const ctx: PluginContext = {
     options,
-    storage: options.storage,
+    // A storage failure answers 500 `Internal server error`, its detail logged.
+    storage: guardStorage(options.storage),
     hasher,
     verifier: new KeyVerifier({
       hasher,
@@ -114,7 +116,7 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   }
 
   app.decorate('dataEndpoints', {
-    storage: ctx.storage,
+    storage: options.storage,
     flushUsage: () => ctx.usage.flush(),
     tarSpoolUsage: () => ctx.tarSpool.usage()
   })

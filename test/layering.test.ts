@@ -20,6 +20,7 @@ const LAYERS = [
   ['formats'],
   ['host'],
   ['metrics.ts'],
+  ['inputs.ts'],
   ['errors.ts']
 ]
 

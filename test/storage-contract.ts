@@ -20,6 +20,12 @@ export interface ContractOptions {
    * instances of the host would: the cross-instance cases run too.
    */
   shared?: boolean
+  /**
+   * A store on an empty database of its own (dropped after `t`), for the
+   * cases that count exactly what a prune deletes. Needed when `shared`;
+   * otherwise `open()` is used.
+   */
+  fresh?: (t: Test) => Promise<Storage>
 }
 
 const AUDIT = { actor: 'contract' }
@@ -73,6 +79,14 @@ export async function storageContract (t: Test, name: string, open: () => Promis
   await t.test(`storage contract: ${name}`, async (t) => {
     async function store (t: Test): Promise<Storage> {
       const storage = await open()
+      t.teardown(() => storage.close())
+      return storage
+    }
+
+    /** A store that holds nothing but what the case writes, so that a prune's count is exact. */
+    async function emptyStore (t: Test): Promise<Storage> {
+      if (options.fresh === undefined && options.shared === true) throw new Error('storageContract: a shared adapter needs options.fresh')
+      const storage = options.fresh === undefined ? await open() : await options.fresh(t)
       t.teardown(() => storage.close())
       return storage
     }
@@ -845,7 +859,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
     })
 
     t.test('pruneUsage deletes the hours and days that start before the time, and says how many', async (t) => {
-      const s = await store(t)
+      const s = await emptyStore(t)
       const p = newProject()
       const k = await keyIn(s, p)
       const e = await s.putEndpoint(at(p), [k.id], AUDIT)
@@ -853,9 +867,8 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const count = (hour: number): UsageCount => ({ hour, endpointId: e.endpoint.id, keyId: k.id, outcome: 'ok', count: 1 })
       await s.applyUsage(countsBatch([count(hourOf(1, 0)), count(hourOf(1, 23)), count(hourOf(2, 0)), count(hourOf(2, 1))]))
       const all = { from: new Date(0), to: new Date(Date.UTC(2100, 0)), limit: 100 }
-      // Everything of others before that time goes too, so only a lower bound is known here.
-      const deleted = await s.pruneUsage(new Date(hourOf(2, 0)))
-      t.ok(deleted >= 3, `two hours and a day of this project (at least): ${deleted}`)
+      t.equal(await s.pruneUsage(new Date(hourOf(1, 0))), 0, 'nothing starts before the first hour')
+      t.equal(await s.pruneUsage(new Date(hourOf(2, 0))), 3, 'two hours and a day')
       t.same(tuples(await s.queryUsage(p, { ...all, granularity: 'hour' })).map((r) => r[0]), [hourOf(2, 0), hourOf(2, 1)], 'hours from the time on stay')
       t.same(tuples(await s.queryUsage(p, { ...all, granularity: 'day' })).map((r) => r[0]), [Date.UTC(2030, 0, 2)], 'the day that starts at the time stays')
       t.equal(await s.pruneUsage(new Date(hourOf(1, 0))), 0, 'nothing older is left')
@@ -919,15 +932,16 @@ export async function storageContract (t: Test, name: string, open: () => Promis
     })
 
     t.test('pruneIdempotencyKeys deletes records made before the time, answered or held', async (t) => {
-      const s = await store(t)
+      const s = await emptyStore(t)
       const scope = { endpointId: randomUUID(), keyId: randomUUID() }
       await s.claimIdempotencyKey(scope, 'held', 60_000, randomUUID())
       await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID())
       await s.completeIdempotencyKey(scope, 'answered', 'body')
-      t.ok(await s.pruneIdempotencyKeys(new Date(Date.now() - 60 * 60_000)) >= 0, 'nothing of ours is an hour old')
-      t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID()), { claimed: false, response: 'body' }, 'so it stays')
+      t.equal(await s.pruneIdempotencyKeys(new Date(Date.now() - 60 * 60_000)), 0, 'none is an hour old')
+      t.same(await s.claimIdempotencyKey(scope, 'held', 60_000, randomUUID()), { claimed: false, response: null }, 'the young held claim stays')
+      t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID()), { claimed: false, response: 'body' }, 'so does the answer')
       await sleep(20)
-      t.ok(await s.pruneIdempotencyKeys(new Date(Date.now() + CLOCK_SLACK_MS)) >= 2, 'both are older than a time after them')
+      t.equal(await s.pruneIdempotencyKeys(new Date(Date.now() + CLOCK_SLACK_MS)), 2, 'both are older than a time after them')
       t.same(await s.claimIdempotencyKey(scope, 'held', 60_000, randomUUID()), { claimed: true }, 'the held claim is gone')
       t.same(await s.claimIdempotencyKey(scope, 'answered', 60_000, randomUUID()), { claimed: true }, 'and the answer')
     })
@@ -973,8 +987,38 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(await s.listAudit(newProject(), { limit: 100 }), [], 'another project sees none of it')
     })
 
-    t.test('audit: refused changes write nothing; pages go back with before; pruneAudit', async (t) => {
+    t.test('audit: deleting a key writes endpoint.updated for each endpoint it leaves, then key.deleted', async (t) => {
       const s = await store(t)
+      const p = newProject()
+      const [leaving, staying] = [await keyIn(s, p, 'leaving'), await keyIn(s, p, 'staying')]
+      const put = async (l: EndpointLocator, keyIds: string[]): Promise<string> => {
+        const result = await s.putEndpoint(l, keyIds, AUDIT)
+        if (!result.ok) throw new Error('putEndpoint refused')
+        return result.endpoint.id
+      }
+      const shared = await put(at(p, 'dataset', 1), [leaving.id, staying.id])
+      const alone = await put(at(p, 'pipeline', 7, 3), [leaving.id])
+      await put(at(p, 'dataset', 2), [staying.id])
+      const newest = (await s.listAudit(p, { limit: 1 }))[0].id
+
+      t.equal(await s.deleteKey(p, leaving.id, { actor: 'gina' }), true)
+      const entries = (await s.listAudit(p, { limit: 100 })).filter((e) => BigInt(e.id) > BigInt(newest)).reverse()
+      const left = (endpointId: string, target: string, from: string[], to: string[]): object =>
+        ({ actor: 'gina', action: 'endpoint.updated', keyId: null, endpointId, target, changes: { keyIds: { from: [...from].sort(), to } } })
+      t.same(entries.map(({ id, at, ...rest }) => rest), [
+        ...[
+          left(shared, `/api/${p.organization}/${p.project}/model/1/dataset/1`, [leaving.id, staying.id], [staying.id]),
+          left(alone, `/api/${p.organization}/${p.project}/model/3/pipeline/7`, [leaving.id], [])
+        ].sort((a, b) => ((a as { endpointId: string }).endpointId < (b as { endpointId: string }).endpointId ? -1 : 1)),
+        { actor: 'gina', action: 'key.deleted', keyId: leaving.id, endpointId: null, target: leaving.prefix, changes: { purpose: { from: 'leaving', to: null }, isActive: { from: true, to: null } } }
+      ], 'the endpoints it left, by id, with their keys before and after; then the key; nothing for the endpoint it was not on')
+      t.same((await s.getEndpoint(at(p, 'dataset', 1)))?.keys.map((k) => k.id), [staying.id], 'as the endpoint now reads')
+      t.equal(await s.deleteKey(p, leaving.id, AUDIT), false)
+      t.equal((await s.listAudit(p, { limit: 100 })).filter((e) => BigInt(e.id) > BigInt(newest)).length, 3, 'a second delete writes nothing')
+    })
+
+    t.test('audit: refused changes write nothing; pages go back with before; pruneAudit', async (t) => {
+      const s = await emptyStore(t)
       const p = newProject()
       const k = await keyIn(s, p)
       const taken = await keyIn(s, newProject())
@@ -1004,11 +1048,14 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(pages.flat(), all.map((e) => e.id), 'pages of 3 with before walk the whole log once, newest first')
       t.same(pages.map((x) => x.length), [3, 3, 2], `${all.length} entries`)
 
-      t.ok(await s.pruneAudit(new Date(Date.now() - 3_600_000)) >= 0, 'nothing of ours is an hour old')
-      t.equal(await count(), all.length)
+      const other = newProject()
+      await keyIn(s, other)
+      t.equal(await s.pruneAudit(new Date(Date.now() - 3_600_000)), 0, 'none is an hour old')
+      t.same((await s.listAudit(p, { limit: 1000 })).map((e) => e.id), all.map((e) => e.id), 'so every entry stays')
       await sleep(20)
-      t.ok(await s.pruneAudit(new Date(Date.now() + CLOCK_SLACK_MS)) >= all.length)
-      t.equal(await count(), 0, 'all older than a time after them: gone')
+      t.equal(await s.pruneAudit(new Date(Date.now() + CLOCK_SLACK_MS)), all.length + 2, 'all older than a time after them, two of other projects too')
+      t.equal(await count(), 0, 'gone')
+      t.same(await s.listAudit(other, { limit: 10 }), [])
     })
 
     // The plugin releases with its token after a claim call failed, not knowing

@@ -5,6 +5,7 @@ import { datasetEtag, ifNoneMatchHits } from './dataset-etag.js'
 import type { Dataset, Entity, ResourceRef } from '../host/dataset-source.js'
 import { DownloadAbort } from '../formats/download-abort.js'
 import { InvalidParameterError, UnknownFormatError } from '../errors.js'
+import { isPlainInteger } from '../inputs.js'
 import { checkEntities } from '../formats/entity-model.js'
 import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type DownloadSpec, type FormatName } from '../formats/index.js'
 import { oracleDdl } from '../formats/oracle.js'
@@ -22,8 +23,6 @@ export interface DownloadQuery {
   limit: number | undefined
 }
 
-const DIGITS = /^[0-9]{1,20}$/
-
 function oneOf<T extends string> (name: string, value: unknown, allowed: readonly T[]): T | undefined {
   if (value === undefined) return undefined
   if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T
@@ -40,7 +39,7 @@ export function parseDownloadQuery (query: Record<string, unknown>, dataset: Dat
   let limit: number | undefined
   if (query.limit !== undefined) {
     const text = query.limit
-    if (typeof text !== 'string' || !DIGITS.test(text) || !Number.isSafeInteger(Number(text))) {
+    if (!isPlainInteger(text)) {
       throw new InvalidParameterError('Invalid limit: must be a non-negative integer')
     }
     limit = Number(text)

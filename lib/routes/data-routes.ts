@@ -80,15 +80,17 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
     await app.register(fastifyCompress, {
       global: true,
       globalDecompression: false,
-      // gzip first: a client that takes both gets it. br only for one that
-      // prefers it: its state costs some 1.5 MiB per stalled download
-      // against gzip's 0.3 (test/bench/slow-readers.ts).
+      // gzip first: a client that takes both gets it; br for one that prefers it.
       encodings: ['gzip', 'br'],
       customTypes: COMPRESSIBLE_TYPES,
       syncThreshold: options.downloadChunkSize,
-      // Brotli's default 4 MiB window costs that much memory per download;
-      // 256 KiB keeps most of the gain at a fraction of it.
-      brotliOptions: { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4, [zlib.constants.BROTLI_PARAM_LGWIN]: 18 } }
+      // A download held by a client that stops reading keeps its encoder's
+      // state: brotli's default (quality 11, a 4 MiB window) holds megabytes,
+      // quality 4 with a 256 KiB window still 0.9 MiB. Quality 2 with a
+      // 16 KiB window holds about 0.35 MiB, near gzip's 0.3, and on our json
+      // and sql compresses better than either (16-17 times, against 9 for
+      // gzip and 14 for quality 4) in half gzip's time (docs/benchmarks.md).
+      brotliOptions: { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 2, [zlib.constants.BROTLI_PARAM_LGWIN]: 14 } }
     })
   }
   const download: DownloadContext = {

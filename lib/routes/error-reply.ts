@@ -36,6 +36,26 @@ function messageOf (error: FastifyError): string {
   return error.message || 'Internal Server Error'
 }
 
+/**
+ * What a 500's `cause` says, for its log line only (a storage failure's
+ * answer says `Internal server error`): key-shaped text masked, three levels
+ * at most.
+ */
+function causeOf (error: unknown, depth = 0): unknown {
+  const cause = (error as { cause?: unknown } | null)?.cause
+  if (cause === undefined || cause === null || depth >= 3) return undefined
+  if (!(cause instanceof Error)) return redactKeys(String(cause))
+  const { code, detail } = cause as { code?: unknown, detail?: unknown }
+  return {
+    type: cause.name,
+    code,
+    message: redactKeys(cause.message),
+    ...(typeof detail === 'string' ? { detail: redactKeys(detail) } : {}),
+    stack: redactKeys(cause.stack ?? ''),
+    cause: causeOf(cause, depth + 1)
+  }
+}
+
 const errorMessages = new WeakMap<FastifyRequest, string>()
 const errorCodes = new WeakMap<FastifyRequest, string>()
 
@@ -61,7 +81,8 @@ export function sendError (error: FastifyError, request: FastifyRequest, reply: 
   if (typeof error.code === 'string') errorCodes.set(request, error.code)
   if (status >= 500) {
     const err = { type: error.name, code: error.code, message: message, stack: redactKeys(error.stack ?? '') }
-    request.log.error({ err, statusCode: status }, message)
+    const cause = causeOf(error)
+    request.log.error({ err, ...(cause === undefined ? {} : { cause }), statusCode: status }, message)
   }
   const { headers, body } = error as { headers?: Record<string, string>, body?: Record<string, string> }
   if (headers !== undefined) reply.headers(headers)

@@ -1,15 +1,18 @@
 import { Readable } from 'node:stream'
 import fastifyAuth from '@fastify/auth'
-import { TypeBoxValidatorCompiler, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyRequest } from 'fastify'
-import { Type, type Static } from 'typebox'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { Type, type Static, type TSchema } from 'typebox'
+import { Compile } from 'typebox/compile'
 import { generateKey } from '../keys/api-key.js'
 import type { PluginContext } from './context.js'
 import { endpointPath } from '../storage/endpoint-path.js'
 import { sendError } from './error-reply.js'
+import { strictValidatorCompiler } from './validator-compiler.js'
+import { EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, readTimestamp } from '../inputs.js'
 import { usageAnswerPieces } from './usage-answer.js'
 import {
-  BadRequestError, DatasetNotFoundError, EndpointNotFoundError, KeyNotFoundError,
+  BadRequestError, DatasetNotFoundError, EndpointNotFoundError, InternalServerError, KeyNotFoundError,
   ManagementNotAuthorizedError, PipelineNotFoundError
 } from '../errors.js'
 import { MANAGE_API_KEYS, type ResolvedOptions } from '../options.js'
@@ -95,15 +98,47 @@ async function pageOf<T> (read: () => Promise<ListPage<T>>): Promise<ListPage<T>
   }
 }
 
-/** The answer to a change of one key on an endpoint, or its refusal. */
-function endpointKeyAnswer (result: EndpointKeyResult, resourceName: string | undefined): EndpointBody {
-  if (result.ok) return endpointBody(result.endpoint, resourceName)
+/** Throws the refusal of a change of one key on an endpoint, if it was refused. */
+function refuseEndpointKeyChange (result: EndpointKeyResult): void {
+  if (result.ok) return
   switch (result.problem) {
     case 'no_endpoint': throw new EndpointNotFoundError()
     case 'no_key': throw new KeyNotFoundError()
     case 'full': throw new BadRequestError(`keyId: the endpoint has ${MAX_ENDPOINT_KEYS} keys, the most it holds; remove one first`)
     case 'last_key': throw new BadRequestError('keyId: the endpoint\'s last key; assign another first, or delete the endpoint')
   }
+}
+
+/** A timestamp from the request, read once (lib/inputs.ts); 400 naming `field` if no store could hold it. */
+function timestampOf (text: string, field: string): Date {
+  const read = readTimestamp(text)
+  if (!read.ok) throw new BadRequestError(`${field}: ${read.problem}`)
+  return read.value
+}
+
+const answerChecks = new Map<TSchema, ReturnType<typeof Compile>>()
+
+/**
+ * The JSON text of a write's answer, made with the route's own serializer
+ * for `status` once the body has been checked against its schema. Called
+ * inside the write's transaction (`beforeCommit`): an answer that cannot be
+ * made rolls the write back, so a 500 never follows a change.
+ */
+function answerText (reply: FastifyReply, status: number, schema: TSchema, body: unknown): string {
+  let check = answerChecks.get(schema)
+  if (check === undefined) answerChecks.set(schema, check = Compile(schema))
+  if (!check.Check(body)) {
+    const problem = check.Errors(body)[0]
+    throw new InternalServerError({ cause: new Error(`the answer does not fit its schema: ${problem?.instancePath ?? ''} ${problem?.message ?? ''}; nothing was changed`) })
+  }
+  reply.code(status)
+  return reply.serialize(body) as string
+}
+
+/** Sends what `answerText` made. */
+function sendAnswer (reply: FastifyReply, text: string | undefined): FastifyReply {
+  if (text === undefined) throw new InternalServerError({ cause: new Error('the storage did not call beforeCommit') })
+  return reply.type('application/json; charset=utf-8').send(text)
 }
 
 /**
@@ -113,7 +148,8 @@ function endpointKeyAnswer (result: EndpointKeyResult, resourceName: string | un
 export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }> = async (app, { ctx }) => {
   const { storage, hasher, usage, options } = ctx
 
-  app.setValidatorCompiler(TypeBoxValidatorCompiler)
+  // Integers in query strings and paths only from plain digits (validator-compiler.ts).
+  app.setValidatorCompiler(strictValidatorCompiler)
   app.setErrorHandler(sendError)
   // JSON only. A cross-site HTML form can post text/plain without a CORS
   // preflight, with the victim's cookies: without this parser such a post
@@ -153,19 +189,24 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     }
   }
 
+  /** The latest expiry `maxKeyLifetime` allows from `now` (never past the last instant the stores hold); undefined without it. */
+  function latestExpiry (now: number): Date | undefined {
+    const { maxKeyLifetime } = options
+    return maxKeyLifetime === undefined ? undefined : new Date(Math.min(now + maxKeyLifetime, LATEST_TIMESTAMP))
+  }
+
   /**
    * The expiry a body asks for (undefined: not asked), checked against the
    * clock and `maxKeyLifetime` (DESIGN.md §4.1).
    */
   function requestedExpiry (value: string | null | undefined, now: number): Date | null | undefined {
     if (value === undefined) return undefined
-    const { maxKeyLifetime } = options
-    const latest = maxKeyLifetime === undefined ? undefined : new Date(now + maxKeyLifetime)
+    const latest = latestExpiry(now)
     if (value === null) {
       if (latest !== undefined) throw new BadRequestError(`body.expiresAt: must be set, no later than ${latest.toISOString()} (maxKeyLifetime)`)
       return null
     }
-    const at = new Date(value)
+    const at = timestampOf(value, 'body.expiresAt')
     if (at.getTime() <= now) throw new BadRequestError('body.expiresAt: must be in the future')
     if (latest !== undefined && at > latest) throw new BadRequestError(`body.expiresAt: must be no later than ${latest.toISOString()} (maxKeyLifetime)`)
     return at
@@ -214,6 +255,11 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     }
   }
 
+  /** Writes this instance's pending counts, so that a listing shows them; a storage failure is 500 `Internal server error`. */
+  async function flushUsage (): Promise<void> {
+    await usage.flush().catch((err: unknown) => { throw new InternalServerError({ cause: err }) })
+  }
+
   async function keyIdsToAssign (project: ProjectRef, requested: string[] | undefined): Promise<string[]> {
     if (requested !== undefined && requested.length > 0) return requested
     // SPEC.md §3.2: a project's single key is assigned automatically. Two
@@ -238,11 +284,11 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   app.get('/:organization/:project/keys', {
     schema: { params: ProjectParams, querystring: KeysQuerystring, response: { 200: Type.Array(ApiKey, { headers: NextPageHeader }), ...errors(400, 403) } }
   }, async (request, reply) => {
-    await usage.flush()
+    await flushUsage()
     const { limit, after, q } = request.query
     if (limit === undefined && after === undefined && (q ?? '') === '') return (await storage.listKeys(request.params)).map(keyBody)
     const page = await pageOf(() => storage.listKeysPage(request.params, {
-      limit: limit === undefined ? WHOLE_LIST : Number(limit), after, search: q === '' ? undefined : q
+      limit: limit ?? WHOLE_LIST, after, search: q === '' ? undefined : q
     }))
     if (page.next !== null) reply.header('link', nextPageLink(request, page.next))
     return page.items.map(keyBody)
@@ -255,21 +301,24 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     const { purpose, isActive = true } = request.body
     const audit = await auditOf(request)
     const now = Date.now()
-    const expiresAt = requestedExpiry(request.body.expiresAt, now) ??
-      (options.maxKeyLifetime === undefined ? null : new Date(now + options.maxKeyLifetime))
-    const { record, value } = await withUniquePrefix((s) =>
-      storage.createKey({ organization, project, prefix: s.prefix, hash: s.hash, purpose, isActive, expiresAt }, audit))
-    return reply.code(201).send({ ...keyBody(record as ApiKeyRecord), key: value })
+    const expiresAt = requestedExpiry(request.body.expiresAt, now) ?? latestExpiry(now) ?? null
+    let answer: string | undefined
+    await withUniquePrefix((s) =>
+      storage.createKey({ organization, project, prefix: s.prefix, hash: s.hash, purpose, isActive, expiresAt }, audit,
+        (record) => { answer = answerText(reply, 201, ApiKeyWithValue, { ...keyBody(record), key: s.value }) }))
+    return sendAnswer(reply, answer)
   })
 
   app.patch('/:organization/:project/keys/:keyId', {
     schema: { params: KeyParams, querystring: NoQuerystring, body: UpdateKeyBody, response: { 200: ApiKey, ...errors(400, 403, 404) } }
-  }, async (request) => {
+  }, async (request, reply) => {
     const { keyId, ...project } = request.params
     const { expiresAt, ...rest } = request.body
-    const updated = await storage.updateKey(project, keyId, { ...rest, expiresAt: requestedExpiry(expiresAt, Date.now()) }, await auditOf(request))
+    let answer: string | undefined
+    const updated = await storage.updateKey(project, keyId, { ...rest, expiresAt: requestedExpiry(expiresAt, Date.now()) }, await auditOf(request),
+      (record) => { answer = answerText(reply, 200, ApiKey, keyBody(record)) })
     if (updated === null) throw new KeyNotFoundError()
-    return keyBody(updated)
+    return sendAnswer(reply, answer)
   })
 
   app.delete('/:organization/:project/keys/:keyId', {
@@ -282,14 +331,16 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
 
   app.post('/:organization/:project/keys/:keyId/regenerate', {
     schema: { params: KeyParams, querystring: NoQuerystring, response: { 200: ApiKeyWithValue, ...errors(400, 403, 404) } }
-  }, async (request) => {
+  }, async (request, reply) => {
     const { keyId, ...project } = request.params
     if (await storage.getKey(project, keyId) === null) throw new KeyNotFoundError()
     const audit = await auditOf(request)
-    const { record, value } = await withUniquePrefix((s) =>
-      storage.replaceKeySecret(project, keyId, { prefix: s.prefix, hash: s.hash }, audit))
+    let answer: string | undefined
+    const { record } = await withUniquePrefix((s) =>
+      storage.replaceKeySecret(project, keyId, { prefix: s.prefix, hash: s.hash }, audit,
+        (replaced) => { answer = answerText(reply, 200, ApiKeyWithValue, { ...keyBody(replaced), key: s.value }) }))
     if (record === null) throw new KeyNotFoundError()
-    return { ...keyBody(record), key: value }
+    return sendAnswer(reply, answer)
   })
 
   app.get('/:organization/:project/usage', {
@@ -297,12 +348,12 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   }, async (request, reply) => {
     const { granularity = 'hour', keyId, endpointId } = request.query
     const size = granularity === 'hour' ? HOUR_MS : DAY_MS
-    const to = request.query.to === undefined ? new Date() : new Date(request.query.to)
+    const to = request.query.to === undefined ? new Date() : timestampOf(request.query.to, 'querystring.to')
     const from = request.query.from === undefined
-      ? new Date(to.getTime() - (granularity === 'hour' ? DAY_MS : 30 * DAY_MS))
-      : new Date(request.query.from)
+      ? new Date(Math.max(to.getTime() - (granularity === 'hour' ? DAY_MS : 30 * DAY_MS), EARLIEST_TIMESTAMP))
+      : timestampOf(request.query.from, 'querystring.from')
     if (from >= to) throw new BadRequestError('querystring.from: must be before to')
-    await usage.flush()
+    await flushUsage()
     const limit = options.usageQueryMaxRows
     // Every bucket that overlaps [from, to): from the one that holds `from`.
     const rows = await storage.queryUsage(request.params, {
@@ -330,7 +381,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   app.get('/:organization/:project/endpoints', {
     schema: { params: ProjectParams, querystring: EndpointsQuerystring, response: { 200: Type.Array(Endpoint, { headers: NextPageHeader }), ...errors(400, 403) } }
   }, async (request, reply) => {
-    await usage.flush()
+    await flushUsage()
     const { limit, after, q, keyId } = request.query
     const search = q === '' ? undefined : q
     if (limit === undefined && after === undefined && search === undefined && keyId === undefined) {
@@ -342,7 +393,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     const text = search === undefined ? '' : foldSearch(search)
     const searchPlaces = search === undefined ? undefined : [...names].filter(([, name]) => foldSearch(name).includes(text)).map(([place]) => placeFrom(place))
     const page = await pageOf(() => storage.listEndpointsPage(request.params, {
-      limit: limit === undefined ? WHOLE_LIST : Number(limit), after, search, searchPlaces, keyId
+      limit: limit ?? WHOLE_LIST, after, search, searchPlaces, keyId
     }))
     if (page.next !== null) reply.header('link', nextPageLink(request, page.next))
     return page.items.map((e) => endpointBody(e, names.get(placeOf(e))))
@@ -365,9 +416,11 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     const locator = locatorOf(request.params)
     const resourceName = await requireResource(locator)
     const keyIds = await keyIdsToAssign(locator, request.body.keyIds)
-    const result = await storage.putEndpoint(locator, keyIds, await auditOf(request))
+    let answer: string | undefined
+    const result = await storage.putEndpoint(locator, keyIds, await auditOf(request),
+      (endpoint, created) => { answer = answerText(reply, created ? 201 : 200, Endpoint, endpointBody(endpoint, resourceName)) })
     if (!result.ok) throw new BadRequestError(`keyIds: not keys of this project: ${result.unknownKeyIds.join(', ')}`)
-    return reply.code(result.created ? 201 : 200).send(endpointBody(result.endpoint, resourceName))
+    return sendAnswer(reply, answer)
   })
 
   app.delete('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
@@ -378,24 +431,33 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   })
 
   // One key on or off an endpoint without sending its whole list: what a
-  // rotation or an integration script does, and at any size of list.
+  // rotation or an integration script does, and at any size of list. As for a
+  // PUT, the answer is made before the change commits.
   app.post('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence/keys/:keyId', {
     schema: { params: EndpointKeyParams, querystring: NoQuerystring, response: { 200: Endpoint, ...errors(400, 403, 404) } }
-  }, async (request) => {
+  }, async (request, reply) => {
     const { keyId, ...where } = request.params
     const locator = locatorOf(where)
     // As a PUT: no access is granted to a dataset or pipeline the host no longer has.
     const resourceName = await requireResource(locator)
-    return endpointKeyAnswer(await storage.addEndpointKey(locator, keyId, await auditOf(request)), resourceName)
+    let answer: string | undefined
+    const result = await storage.addEndpointKey(locator, keyId, await auditOf(request),
+      (endpoint) => { answer = answerText(reply, 200, Endpoint, endpointBody(endpoint, resourceName)) })
+    refuseEndpointKeyChange(result)
+    return sendAnswer(reply, answer)
   })
 
   app.delete('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence/keys/:keyId', {
     schema: { params: EndpointKeyParams, querystring: NoQuerystring, response: { 200: Endpoint, ...errors(400, 403, 404) } }
-  }, async (request) => {
+  }, async (request, reply) => {
     const { keyId, ...where } = request.params
     const locator = locatorOf(where)
-    // Access is taken away whether or not the host still has the resource.
-    const result = await storage.removeEndpointKey(locator, keyId, await auditOf(request))
-    return endpointKeyAnswer(result, result.ok ? await resourceNameOf(locator) : undefined)
+    // Access is taken away whether or not the host still has the resource; its name, when it has.
+    const resourceName = await resourceNameOf(locator)
+    let answer: string | undefined
+    const result = await storage.removeEndpointKey(locator, keyId, await auditOf(request),
+      (endpoint) => { answer = answerText(reply, 200, Endpoint, endpointBody(endpoint, resourceName)) })
+    refuseEndpointKeyChange(result)
+    return sendAnswer(reply, answer)
   })
 }

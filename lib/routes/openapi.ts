@@ -93,7 +93,7 @@ const EXPIRY_400 = '`body.expiresAt: must be in the future`, `body.expiresAt: mu
   '`body.expiresAt: must be set, no later than <time> (maxKeyLifetime)`'
 const MONIKER_400 = 'a malformed organization, project or id, or an unknown query parameter (`querystring: unknown field "<name>"`); ' +
   'the message names it'
-const LIST_400 = '`limit` not a whole number from 1 to 500, `after` not from a `Link` header of this list ' +
+const LIST_400 = '`limit` not an integer from 1 to 500 in plain digits, `after` not from a `Link` header of this list ' +
   '(`querystring.after: not a cursor of this list; follow the Link header\'s rel="next" URL`), an unknown parameter, ' +
   'or a malformed organization or project; the message names it'
 

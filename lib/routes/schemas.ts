@@ -39,9 +39,8 @@ const Purpose = Type.String({ minLength: 1, maxLength: 200, pattern: PURPOSE_PAT
 // An audit entry's id: a positive integer, as storage numbers them.
 const AUDIT_ID_PATTERN = '^[1-9][0-9]{0,17}$'
 
-// Items per page of a list: 1 to 500, written plainly (no 1e2, 0x10, 2.0).
+// Items per page of a list, as the audit log's.
 export const MAX_PAGE_LIMIT = 500
-const PAGE_LIMIT_PATTERN = plainIntegersUpTo(String(MAX_PAGE_LIMIT))
 
 /**
  * What a value failing each pattern must be. 400 messages say this instead
@@ -51,8 +50,7 @@ export const PATTERN_MESSAGES: ReadonlyMap<string, string> = new Map([
   [MONIKER_PATTERN, 'must be 1 to 100 letters, digits or ._~-, starting with a letter or digit'],
   [SEQUENCE_PATTERN, `must be a positive integer (1 to ${Number.MAX_SAFE_INTEGER}, no sign, exponent or leading zero)`],
   [PURPOSE_PATTERN, 'must have a non-space character and no control characters'],
-  [AUDIT_ID_PATTERN, 'must be the `next` of an earlier page'],
-  [PAGE_LIMIT_PATTERN, `must be a whole number from 1 to ${MAX_PAGE_LIMIT}`]
+  [AUDIT_ID_PATTERN, 'must be the `next` of an earlier page']
 ])
 
 export const ProjectParams = Type.Object({
@@ -82,8 +80,9 @@ export const EndpointKeyParams = Type.Object({
 /** The query of a route that takes none: an unknown parameter is a 400 that names it, not ignored. */
 export const NoQuerystring = Type.Object({}, { additionalProperties: false })
 
-const ListLimit = Type.String({
-  pattern: PAGE_LIMIT_PATTERN,
+const ListLimit = Type.Integer({
+  minimum: 1,
+  maximum: MAX_PAGE_LIMIT,
   description: `items per page, 1 to ${MAX_PAGE_LIMIT}; the next page is the \`Link: <…>; rel="next"\` header's URL. ` +
     'Without it the whole list in one answer: past 1,000 items, page'
 })

@@ -6,13 +6,14 @@ import {
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
-  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope,
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery
 } from './storage.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
 import { endpointPath } from './endpoint-path.js'
 import { dailyCounts } from './usage-buckets.js'
+import { migrationsFor } from './migrations.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
@@ -56,6 +57,11 @@ export const PG_STORAGE_DEFAULTS = {
 // advisory lock, so two instances starting at once apply each exactly once.
 // Each is recorded in schema_migrations. Never edit a shipped one.
 // Ids are text, not uuid: a malformed id from a URL is simply not found.
+//
+// Migrations 1 to 5 below were written by hand for this dialect and have
+// shipped. From 6 on, a migration is added once, for both adapters, to
+// SHARED_MIGRATIONS (migrations.ts): tables are described in a table list
+// (table-list.ts) and this dialect's DDL is generated from it.
 export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE api_keys (
      id text PRIMARY KEY,
@@ -143,11 +149,7 @@ export const MIGRATIONS: readonly string[] = [
   // One key's history without reading every key's (test/bench/usage-query.ts).
   `CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start);
    CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start);`,
-  // A project's keys in their order (created_at, id): a page of them is read
-  // from where the last ended, with no sort of the project's keys; the old
-  // index was its first two columns.
-  `CREATE INDEX api_keys_project_order ON api_keys (organization, project, created_at, id);
-   DROP INDEX api_keys_project;`
+  ...migrationsFor('pg')
 ]
 
 // A key cursor's creation time, as listKeysPage writes it (to the microsecond).
@@ -164,6 +166,8 @@ function isCursorTime (text: string): boolean {
 }
 // First key of the two-key advisory lock taken while migrating; the second is the schema's hash.
 const MIGRATION_LOCK = 0x46444521
+// First key of the advisory lock a key's deletion takes on each endpoint it leaves; the second is the endpoint id's hash.
+const ASSIGNMENTS_LOCK = 0x46444522
 // Expired idempotency records are deleted at most this often per instance.
 const PURGE_INTERVAL_MS = 60_000
 // The names that mean the same schema quoted (as here) and unquoted (as a DBA
@@ -255,8 +259,8 @@ function isPrefixTaken (err: unknown): boolean {
 /**
  * An error on the way to the server (refused, reset, timed out) becomes
  * "PostgreSQL unavailable: <reason>", whose reason never names the host: the
- * plugin shows it to API clients in the 500. An answer from the server (a
- * constraint, a cancelled statement) is passed on as it is.
+ * plugin logs it with the 500 it answers (`Internal server error`). An answer
+ * from the server (a constraint, a cancelled statement) is passed on as it is.
  */
 function unavailable (err: unknown): unknown {
   if (err instanceof loadPg().DatabaseError || !(err instanceof Error)) return err
@@ -389,6 +393,10 @@ export class PgStorage implements Storage {
                    WHERE a.organization = $1 AND a.project = $2 AND ($3::bigint IS NULL OR a.id < $3::bigint) ORDER BY a.id DESC LIMIT $4`,
       pruneAudit: `DELETE FROM ${t('audit_log')} WHERE at < $1`,
       endpointKeyIds: `SELECT key_id FROM ${t('endpoint_keys')} WHERE endpoint_id = $1`,
+      lockKeyEndpoints: `SELECT e.id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence, e.calls, e.created_at, '[]'::json AS keys
+                           FROM ${t('endpoints')} e
+                          WHERE e.id IN (SELECT endpoint_id FROM ${t('endpoint_keys')} WHERE key_id = $1) AND e.organization = $2 AND e.project = $3
+                          ORDER BY e.id FOR KEY SHARE`,
       listEndpoints: `${endpointSelect} WHERE e.organization = $1 AND e.project = $2
                        ORDER BY e.model_sequence, e.type, e.resource_sequence`,
       getEndpoint: `${endpointSelect} WHERE ${locatorMatch}`,
@@ -630,7 +638,7 @@ export class PgStorage implements Storage {
       ids.keyId ?? null, ids.endpointId ?? null, target, JSON.stringify(changes)])
   }
 
-  async createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord> {
+  async createKey (key: NewApiKey, audit: AuditContext, beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord> {
     await this.migrate()
     try {
       return await this.transaction(async (client) => {
@@ -638,6 +646,7 @@ export class PgStorage implements Storage {
           [randomUUID(), key.organization, key.project, key.prefix, key.hash, key.purpose, key.isActive, key.expiresAt])
         const created = toKey(rows[0])
         await this.audit(client, key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: created.id })
+        beforeCommit?.(created)
         return created
       })
     } catch (err) {
@@ -651,7 +660,8 @@ export class PgStorage implements Storage {
    * something changed; null when there is no such key.
    */
   private async changeKey (project: ProjectRef, keyId: string, audit: AuditContext, action: AuditAction,
-    change: (client: pg.PoolClient, before: ApiKeyRecord) => Promise<{ after: ApiKeyRecord | null, changes: Record<string, AuditChange> }>
+    change: (client: pg.PoolClient, before: ApiKeyRecord) => Promise<{ after: ApiKeyRecord | null, changes: Record<string, AuditChange> }>,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>
   ): Promise<{ before: ApiKeyRecord, after: ApiKeyRecord | null } | null> {
     if (hasNul(project.organization, project.project, keyId)) return null
     await this.migrate()
@@ -661,29 +671,32 @@ export class PgStorage implements Storage {
       const before = toKey(rows[0])
       const { after, changes } = await change(client, before)
       if (Object.keys(changes).length > 0) await this.audit(client, project, audit, action, (after ?? before).prefix, changes, { keyId })
+      if (after !== null) beforeCommit?.(after)
       return { before, after }
     })
   }
 
-  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null> {
+  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null> {
     const done = await this.changeKey(project, keyId, audit, 'key.updated', async (client, before) => {
       const { rows } = await this.query<KeyRow>(client, this.sql.updateKey,
         [project.organization, project.project, keyId, patch.purpose ?? null, patch.isActive ?? null,
           patch.expiresAt !== undefined, patch.expiresAt ?? null])
       const after = toKey(rows[0])
       return { after, changes: keyChanges(before, after) }
-    })
+    }, beforeCommit)
     return done?.after ?? null
   }
 
-  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null> {
+  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null> {
     try {
       const done = await this.changeKey(project, keyId, audit, 'key.regenerated', async (client, before) => {
         const { rows } = await this.query<KeyRow>(client, this.sql.setSecret,
           [project.organization, project.project, keyId, secret.prefix, secret.hash])
         const after = toKey(rows[0])
         return { after, changes: { prefix: { from: before.prefix, to: after.prefix } } }
-      })
+      }, beforeCommit)
       return done?.after ?? null
     } catch (err) {
       if (isPrefixTaken(err)) throw new PrefixTakenError()
@@ -693,10 +706,31 @@ export class PgStorage implements Storage {
 
   async deleteKey (project: ProjectRef, keyId: string, audit: AuditContext): Promise<boolean> {
     const done = await this.changeKey(project, keyId, audit, 'key.deleted', async (client, before) => {
+      await this.auditKeyLeaving(client, project, audit, keyId)
       await this.query(client, this.sql.deleteKey, [project.organization, project.project, keyId])
       return { after: null, changes: keyChanges(before, null) }
     })
     return done !== null
+  }
+
+  /**
+   * Writes `endpoint.updated` for each endpoint the key (locked) is about to
+   * leave, with its keys before and after. The endpoints are locked FOR KEY
+   * SHARE: a PUT or DELETE of one waits, a usage flush does not (it locks
+   * endpoints before keys, this the other way round). Deletions of two keys
+   * of one endpoint take turns under an advisory lock, so that each entry's
+   * "before" is the other's "after".
+   */
+  private async auditKeyLeaving (client: pg.PoolClient, project: ProjectRef, audit: AuditContext, keyId: string): Promise<void> {
+    const { rows } = await this.query<EndpointRow>(client, this.sql.lockKeyEndpoints, [keyId, project.organization, project.project])
+    for (const row of rows) {
+      await this.query(client, 'SELECT pg_advisory_xact_lock($1, hashtext($2))', [ASSIGNMENTS_LOCK, row.id])
+      const keyIds = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [row.id])).rows.map((r) => r.key_id)
+      if (!keyIds.includes(keyId)) continue // a PUT took it off meanwhile
+      const e = toEndpoint(row)
+      await this.audit(client, project, audit, 'endpoint.updated', endpointPath(e),
+        keyIdChanges(keyIds, keyIds.filter((id) => id !== keyId)), { endpointId: e.id })
+    }
   }
 
   async listEndpoints (project: ProjectRef): Promise<EndpointRecord[]> {
@@ -737,7 +771,8 @@ export class PgStorage implements Storage {
     return rows.length === 0 ? null : toEndpoint(rows[0])
   }
 
-  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult> {
+  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext,
+    beforeCommit?: (endpoint: EndpointRecord, created: boolean) => void): Promise<PutEndpointResult> {
     await this.migrate()
     // An id with NUL is no key's: reported unknown below, never sent.
     const wanted = [...new Set(keyIds)].filter((id) => !hasNul(id))
@@ -770,23 +805,28 @@ export class PgStorage implements Storage {
         await this.audit(client, locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
       }
       const { rows } = await this.query<EndpointRow>(client, this.sql.getEndpoint, where)
-      return { ok: true, created, endpoint: toEndpoint(rows[0]) }
+      const endpoint = toEndpoint(rows[0])
+      beforeCommit?.(endpoint, created)
+      return { ok: true, created, endpoint }
     })
   }
 
-  async addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext): Promise<EndpointKeyResult> {
-    return this.changeEndpointKey(locator, keyId, audit, 'add')
+  async addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'add', beforeCommit)
   }
 
-  async removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext): Promise<EndpointKeyResult> {
-    return this.changeEndpointKey(locator, keyId, audit, 'remove')
+  async removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'remove', beforeCommit)
   }
 
   /**
    * One key on or off an endpoint: the endpoint locked, the key kept from
    * deletion (KEY SHARE, as putEndpoint), that endpoint's assignments read.
    */
-  private async changeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext, change: 'add' | 'remove'): Promise<EndpointKeyResult> {
+  private async changeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext, change: 'add' | 'remove',
+    beforeCommit: BeforeCommit<EndpointRecord> | undefined): Promise<EndpointKeyResult> {
     if (hasNul(locator.organization, locator.project, locator.type)) return { ok: false, problem: 'no_endpoint' }
     await this.migrate()
     const where = locatorParams(locator)
@@ -797,17 +837,18 @@ export class PgStorage implements Storage {
       const known = await this.query(client, this.sql.projectKeys, [locator.organization, locator.project, [keyId]])
       if (known.rowCount === 0) return { ok: false, problem: 'no_key' }
       const before = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [endpointId])).rows.map((r) => r.key_id)
-      const assigned = before.includes(keyId)
-      const answer = async (changed: boolean): Promise<EndpointKeyResult> =>
-        ({ ok: true, changed, endpoint: toEndpoint((await this.query<EndpointRow>(client, this.sql.getEndpoint, where)).rows[0]) })
-      if (assigned === (change === 'add')) return await answer(false)
-      if (change === 'add' && before.length >= MAX_ENDPOINT_KEYS) return { ok: false, problem: 'full' }
-      if (change === 'remove' && before.length === 1) return { ok: false, problem: 'last_key' }
-      if (change === 'add') await this.query(client, this.sql.assign, [endpointId, [keyId]])
-      else await this.query(client, this.sql.unassign, [endpointId, keyId])
-      const after = change === 'add' ? [...before, keyId] : before.filter((id) => id !== keyId)
-      await this.audit(client, locator, audit, 'endpoint.updated', endpointPath(locator), keyIdChanges(before, after), { endpointId })
-      return await answer(true)
+      const changed = before.includes(keyId) !== (change === 'add')
+      if (changed && change === 'add' && before.length >= MAX_ENDPOINT_KEYS) return { ok: false, problem: 'full' }
+      if (changed && change === 'remove' && before.length === 1) return { ok: false, problem: 'last_key' }
+      if (changed) {
+        if (change === 'add') await this.query(client, this.sql.assign, [endpointId, [keyId]])
+        else await this.query(client, this.sql.unassign, [endpointId, keyId])
+        const after = change === 'add' ? [...before, keyId] : before.filter((id) => id !== keyId)
+        await this.audit(client, locator, audit, 'endpoint.updated', endpointPath(locator), keyIdChanges(before, after), { endpointId })
+      }
+      const record = toEndpoint((await this.query<EndpointRow>(client, this.sql.getEndpoint, where)).rows[0])
+      beforeCommit?.(record)
+      return { ok: true, changed, endpoint: record }
     })
   }
 

@@ -6,13 +6,14 @@ import {
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
-  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope,
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery
 } from './storage.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
 import { endpointPath } from './endpoint-path.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
 import { dailyCounts } from './usage-buckets.js'
+import { migrationsFor } from './migrations.js'
 
 export interface SqliteStorageOptions {
   /** a file path, or ':memory:' for a private in-memory database */
@@ -23,6 +24,11 @@ export interface SqliteStorageOptions {
 
 // Versioned migrations, applied in order at open; each runs once, in its own
 // transaction, and is recorded in schema_migrations. Never edit a shipped one.
+//
+// Migrations 1 to 5 below were written by hand for this dialect and have
+// shipped. From 6 on, a migration is added once, for both adapters, to
+// SHARED_MIGRATIONS (migrations.ts): tables are described in a table list
+// (table-list.ts) and this dialect's DDL is generated from it.
 export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE api_keys (
      id TEXT PRIMARY KEY,
@@ -123,11 +129,7 @@ export const MIGRATIONS: readonly string[] = [
   // 100 keys read all 900,000 buckets of the year (test/bench/usage-query.ts).
   `CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start);
    CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start);`,
-  // A project's keys in their order (created_at, id): a page of them is read
-  // from where the last ended, with no sort of the project's keys; the old
-  // index was its first two columns.
-  `CREATE INDEX api_keys_project_order ON api_keys (organization, project, created_at, id);
-   DROP INDEX api_keys_project;`
+  ...migrationsFor('sqlite')
 ]
 
 
@@ -386,6 +388,10 @@ function endpointsPageSelect (project: ProjectRef, query: EndpointListQuery): Pa
   }
 }
 
+function endpointLocator (row: EndpointRow): EndpointLocator {
+  return { organization: row.organization, project: row.project, modelSequence: row.model_sequence, type: row.type, resourceSequence: row.resource_sequence }
+}
+
 function locatorParams (l: EndpointLocator): [string, string, number, string, number] {
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
@@ -505,7 +511,7 @@ export class SqliteStorage implements Storage {
       insertAudit: db.prepare<[string, string, number, string | null, AuditAction, string | null, string | null, string, string]>(
         `INSERT INTO audit_log (organization, project, at, actor, action, key_id, endpoint_id, target, changes)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-      listAudit: db.prepare<[string, string, number | null, number | null, number], AuditRow>(
+      listAudit: db.prepare<[string, string, bigint | null, bigint | null, number], AuditRow>(
         `SELECT id, at, actor, action, key_id, endpoint_id, target, changes FROM audit_log
           WHERE organization = ? AND project = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`),
       pruneAudit: db.prepare<[number]>('DELETE FROM audit_log WHERE at < ?'),
@@ -515,7 +521,10 @@ export class SqliteStorage implements Storage {
       keyUsageEndpointsByHour: db.prepare<{ organization: string, project: string, endpoint_id: string | null, key_id: string, from: number, to: number }, string>(
         keyUsageEndpoints('usage_hourly')).pluck(),
       keyUsageEndpointsByDay: db.prepare<{ organization: string, project: string, endpoint_id: string | null, key_id: string, from: number, to: number }, string>(
-        keyUsageEndpoints('usage_daily')).pluck()
+        keyUsageEndpoints('usage_daily')).pluck(),
+      keyEndpoints: db.prepare<[string, string, string], EndpointRow>(
+        `SELECT ${ENDPOINT_COLUMNS} FROM endpoints
+          WHERE id IN (SELECT endpoint_id FROM endpoint_keys WHERE key_id = ?) AND organization = ? AND project = ? ORDER BY id`)
     }
   }
 
@@ -626,7 +635,7 @@ export class SqliteStorage implements Storage {
     return row === undefined ? null : toKey(row)
   }
 
-  async createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord> {
+  async createKey (key: NewApiKey, audit: AuditContext, beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord> {
     const id = randomUUID()
     try {
       return this.db.transaction(() => {
@@ -634,6 +643,7 @@ export class SqliteStorage implements Storage {
           key.isActive ? 1 : 0, Date.now(), key.expiresAt === null ? null : key.expiresAt.getTime())
         const created = this.keyRecord(key, id) as ApiKeyRecord
         this.audit(key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: id })
+        beforeCommit?.(created)
         return created
       }).immediate()
     } catch (err) {
@@ -642,7 +652,8 @@ export class SqliteStorage implements Storage {
     }
   }
 
-  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null> {
+  async updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null> {
     const where = [project.organization, project.project, keyId] as const
     return this.db.transaction(() => {
       const before = this.keyRecord(project, keyId)
@@ -653,11 +664,13 @@ export class SqliteStorage implements Storage {
       const after = this.keyRecord(project, keyId) as ApiKeyRecord
       const changes = keyChanges(before, after)
       if (Object.keys(changes).length > 0) this.audit(project, audit, 'key.updated', after.prefix, changes, { keyId })
+      beforeCommit?.(after)
       return after
     }).immediate()
   }
 
-  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null> {
+  async replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null> {
     try {
       return this.db.transaction(() => {
         const before = this.keyRecord(project, keyId)
@@ -665,6 +678,7 @@ export class SqliteStorage implements Storage {
         this.statements.setSecret.run(secret.prefix, secret.hash, project.organization, project.project, keyId)
         const after = this.keyRecord(project, keyId) as ApiKeyRecord
         this.audit(project, audit, 'key.regenerated', after.prefix, { prefix: { from: before.prefix, to: after.prefix } }, { keyId })
+        beforeCommit?.(after)
         return after
       }).immediate()
     } catch (err) {
@@ -677,6 +691,12 @@ export class SqliteStorage implements Storage {
     return this.db.transaction(() => {
       const before = this.keyRecord(project, keyId)
       if (before === null) return false
+      // The endpoints it leaves, first: the page names the key in these entries by the prefix the next one gives.
+      for (const e of this.statements.keyEndpoints.all(keyId, project.organization, project.project)) {
+        const keyIds = this.statements.endpointKeyIds.all(e.id).map((r) => r.key_id)
+        this.audit(project, audit, 'endpoint.updated', endpointPath(endpointLocator(e)),
+          keyIdChanges(keyIds, keyIds.filter((id) => id !== keyId)), { endpointId: e.id })
+      }
       this.statements.deleteKey.run(project.organization, project.project, keyId)
       this.audit(project, audit, 'key.deleted', before.prefix, keyChanges(before, null), { keyId })
       return true
@@ -729,7 +749,8 @@ export class SqliteStorage implements Storage {
     return row === undefined ? null : this.endpointsWithKeys([row])[0]
   }
 
-  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult> {
+  async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext,
+    beforeCommit?: (endpoint: EndpointRecord, created: boolean) => void): Promise<PutEndpointResult> {
     const s = this.statements
     const result = this.db.transaction((): PutEndpointResult => {
       const projectKeys = new Set(s.projectKeyIdsIn.all(JSON.stringify([...new Set(keyIds)]), locator.organization, locator.project).map((r) => r.id))
@@ -751,36 +772,45 @@ export class SqliteStorage implements Storage {
         this.audit(locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
       }
       endpoint = s.getEndpoint.get(...locatorParams(locator)) as EndpointRow
-      return { ok: true, created, endpoint: this.endpointsWithKeys([endpoint])[0] }
+      const record = this.endpointsWithKeys([endpoint])[0]
+      beforeCommit?.(record, created)
+      return { ok: true, created, endpoint: record }
     }).immediate()
     return result
   }
 
-  async addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext): Promise<EndpointKeyResult> {
-    return this.changeEndpointKey(locator, keyId, audit, 'add')
+  async addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'add', beforeCommit)
   }
 
-  async removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext): Promise<EndpointKeyResult> {
-    return this.changeEndpointKey(locator, keyId, audit, 'remove')
+  async removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'remove', beforeCommit)
   }
 
   /** One key on or off an endpoint, in one transaction that reads that endpoint's assignments and the key only. */
-  private changeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext, change: 'add' | 'remove'): EndpointKeyResult {
+  private changeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext, change: 'add' | 'remove',
+    beforeCommit: BeforeCommit<EndpointRecord> | undefined): EndpointKeyResult {
     const s = this.statements
     return this.db.transaction((): EndpointKeyResult => {
       const endpoint = s.getEndpoint.get(...locatorParams(locator))
       if (endpoint === undefined) return { ok: false, problem: 'no_endpoint' }
       if (s.isProjectKey.get(keyId, locator.organization, locator.project) === undefined) return { ok: false, problem: 'no_key' }
       const before = s.endpointKeyIds.all(endpoint.id).map((r) => r.key_id)
-      const assigned = before.includes(keyId)
-      if (assigned === (change === 'add')) return { ok: true, changed: false, endpoint: this.endpointsWithKeys([endpoint])[0] }
-      if (change === 'add' && before.length >= MAX_ENDPOINT_KEYS) return { ok: false, problem: 'full' }
-      if (change === 'remove' && before.length === 1) return { ok: false, problem: 'last_key' }
-      if (change === 'add') s.assign.run(endpoint.id, keyId)
-      else s.unassign.run(endpoint.id, keyId)
-      const after = change === 'add' ? [...before, keyId] : before.filter((id) => id !== keyId)
-      this.audit(locator, audit, 'endpoint.updated', endpointPath(locator), keyIdChanges(before, after), { endpointId: endpoint.id })
-      return { ok: true, changed: true, endpoint: this.endpointsWithKeys([endpoint])[0] }
+      const changed = before.includes(keyId) !== (change === 'add')
+      if (changed && change === 'add' && before.length >= MAX_ENDPOINT_KEYS) return { ok: false, problem: 'full' }
+      if (changed && change === 'remove' && before.length === 1) return { ok: false, problem: 'last_key' }
+      if (changed) {
+        if (change === 'add') s.assign.run(endpoint.id, keyId)
+        else s.unassign.run(endpoint.id, keyId)
+        const after = change === 'add' ? [...before, keyId] : before.filter((id) => id !== keyId)
+        this.audit(locator, audit, 'endpoint.updated', endpointPath(locator), keyIdChanges(before, after), { endpointId: endpoint.id })
+      }
+      // The endpoint as the change leaves it, read again.
+      const record = this.endpointsWithKeys([s.getEndpoint.get(...locatorParams(locator)) as EndpointRow])[0]
+      beforeCommit?.(record)
+      return { ok: true, changed, endpoint: record }
     }).immediate()
   }
 
@@ -797,7 +827,8 @@ export class SqliteStorage implements Storage {
   }
 
   async listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]> {
-    const before = query.before === undefined ? null : Number(query.before)
+    // A BigInt, as PostgreSQL's bigint: exact past 2^53 too, so both stores read every cursor alike.
+    const before = query.before === undefined ? null : BigInt(query.before)
     return this.statements.listAudit.all(project.organization, project.project, before, before, query.limit).map((r) => ({
       id: String(r.id),
       at: new Date(r.at),

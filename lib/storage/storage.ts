@@ -232,6 +232,14 @@ export type IdempotencyClaim =
   /** another call holds the key; `response` is its stored body, or null while it runs */
   | { claimed: false, response: string | null }
 
+/**
+ * Called inside a change's transaction with the record the change leaves,
+ * before it commits; a throw rolls the change back and is rethrown. The
+ * management routes make their answer there, so that an answer that cannot
+ * be made never follows a write.
+ */
+export type BeforeCommit<T> = (record: T) => void
+
 /** Thrown by `createKey` / `replaceKeySecret` when the prefix is already taken. */
 export class PrefixTakenError extends Error {
   readonly code = 'FDE_PREFIX_TAKEN'
@@ -266,6 +274,7 @@ export interface Storage {
 
   // Every change below writes its audit entry (`AuditEntry`) in the same
   // transaction, with `audit.actor`; a call that changes nothing writes none.
+  // `beforeCommit`, when given, runs in that transaction too (BeforeCommit).
 
   /** The project's keys, oldest first. */
   listKeys (project: ProjectRef): Promise<ApiKeyRecord[]>
@@ -277,11 +286,17 @@ export interface Storage {
   listKeysPage (project: ProjectRef, query: ListQuery): Promise<ListPage<ApiKeyRecord>>
   getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null>
   /** @throws PrefixTakenError */
-  createKey (key: NewApiKey, audit: AuditContext): Promise<ApiKeyRecord>
-  updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext): Promise<ApiKeyRecord | null>
+  createKey (key: NewApiKey, audit: AuditContext, beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord>
+  updateKey (project: ProjectRef, keyId: string, patch: ApiKeyPatch, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null>
   /** New prefix and hash for a key; assignments stay. @throws PrefixTakenError */
-  replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext): Promise<ApiKeyRecord | null>
-  /** Deletes a key and its assignments; endpoints stay. */
+  replaceKeySecret (project: ProjectRef, keyId: string, secret: { prefix: string, hash: string }, audit: AuditContext,
+    beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord | null>
+  /**
+   * Deletes a key and its assignments; endpoints stay. Each endpoint it
+   * leaves gets an `endpoint.updated` entry (its keyIds before and after),
+   * written before the `key.deleted` one, in the same transaction.
+   */
   deleteKey (project: ProjectRef, keyId: string, audit: AuditContext): Promise<boolean>
 
   /** The project's endpoints, by model sequence, type, then resource sequence. */
@@ -293,18 +308,22 @@ export interface Storage {
    */
   listEndpointsPage (project: ProjectRef, query: EndpointListQuery): Promise<ListPage<EndpointRecord>>
   getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null>
-  /** Creates the endpoint or replaces its keys, all or nothing. */
-  putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext): Promise<PutEndpointResult>
+  /** Creates the endpoint or replaces its keys, all or nothing; `beforeCommit` gets the endpoint and whether it was created. */
+  putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext,
+    beforeCommit?: (endpoint: EndpointRecord, created: boolean) => void): Promise<PutEndpointResult>
   /** Deletes an endpoint and its assignments; keys stay. */
   deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean>
   /**
    * Assigns one more key to an existing endpoint, audited as `endpoint.updated`
    * with the whole `keyIds` before and after. Reads and writes only that
-   * endpoint's rows and the key's, however large the project.
+   * endpoint's rows and the key's, however large the project. `beforeCommit`
+   * gets the endpoint whenever the answer is `ok` (changed or not).
    */
-  addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext): Promise<EndpointKeyResult>
+  addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult>
   /** Takes one key off an endpoint, never its last; audited as addEndpointKey. */
-  removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext): Promise<EndpointKeyResult>
+  removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult>
 
   /** The project's audit entries, newest first. */
   listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]>

@@ -349,14 +349,39 @@ t.test('a request body is required in the document exactly where the server refu
   t.ok(bodies >= 3, `${bodies} operations take a body`)
 })
 
-t.test('every $ref in the document resolves', async (t) => {
-  const doc = await documentOf(t)
-  const refs = [...JSON.stringify(doc).matchAll(/"\$ref":"([^"]+)"/g)].map((m) => m[1])
-  for (const ref of refs) {
-    const target = ref.replace(/^#\//, '').split('/').reduce<unknown>((node, part) => (node as Record<string, unknown> | undefined)?.[part], doc)
-    t.ok(target !== undefined, ref)
+/** Every `$ref` in `doc` (at any depth), and those that point nowhere in it: another document, or a missing JSON pointer. */
+function references (doc: unknown): { refs: string[], unresolved: string[] } {
+  const refs: string[] = []
+  const walk = (node: unknown): void => {
+    if (Array.isArray(node)) node.forEach(walk)
+    else if (node !== null && typeof node === 'object') {
+      for (const [name, value] of Object.entries(node)) {
+        if (name === '$ref' && typeof value === 'string') refs.push(value)
+        else walk(value)
+      }
+    }
   }
-  t.pass(`${refs.length} references`)
+  walk(doc)
+  const resolves = (ref: string): boolean => ref.startsWith('#/') && ref.slice(2).split('/')
+    .map((part) => decodeURIComponent(part).replaceAll('~1', '/').replaceAll('~0', '~'))
+    .reduce<unknown>((node, part) => (node !== null && typeof node === 'object' && Object.hasOwn(node, part) ? (node as Record<string, unknown>)[part] : undefined), doc) !== undefined
+  return { refs, unresolved: refs.filter((ref) => !resolves(ref)) }
+}
+
+t.test('every $ref in the document resolves within it', async (t) => {
+  const doc = await documentOf(t)
+  const { refs, unresolved } = references(doc)
+  t.same(unresolved, [], `${refs.length} references (schemas are written inline), none pointing nowhere`)
+
+  // The check sees what it must: a reference to a missing schema, to another
+  // document, or to an inherited property, however deep; and one that resolves.
+  const broken = structuredClone(doc) as Document & { components: { schemas?: Record<string, unknown> } }
+  const schemaOf = (d: typeof broken): { items: unknown } => d.paths[KEYS].get.responses['200'].content?.['application/json'].schema as { items: unknown }
+  schemaOf(broken).items = { allOf: [{ $ref: '#/components/schemas/Missing' }, { $ref: 'other.json#/Key' }, { $ref: '#/components/schemas/toString' }] }
+  t.same(references(broken).unresolved, ['#/components/schemas/Missing', 'other.json#/Key', '#/components/schemas/toString'], 'broken references are found')
+  broken.components.schemas = { Missing: { type: 'object' } }
+  t.same(references(broken), { refs: ['#/components/schemas/Missing', 'other.json#/Key', '#/components/schemas/toString'], unresolved: ['other.json#/Key', '#/components/schemas/toString'] },
+    'and one that resolves is not')
 })
 
 t.test('documenting the routes changed no answer: their checks still run first, in DESIGN.md §2 order', async (t) => {

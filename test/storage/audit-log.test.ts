@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
+import { PIPELINE_REF } from '../fixtures.js'
 import { ADMIN, assignKeys, buildApp, createKey, PIPELINE_URL } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
 
@@ -18,6 +19,19 @@ const adapters: Array<[string, (t: Test) => Promise<Storage>]> = [
 ]
 if (url !== null) {
   adapters.push(['PgStorage', async (t) => new PgStorage({ connectionString: url, schema: (await freshSchema(t, url)).schema })])
+}
+
+/** Makes every deletion of a key fail inside its transaction (a trigger), until the function it answers is called. */
+async function failKeyDeletions (storage: Storage): Promise<() => Promise<void>> {
+  if (storage instanceof SqliteStorage) {
+    storage.db.exec("CREATE TRIGGER fail_key_delete BEFORE DELETE ON api_keys BEGIN SELECT RAISE(ABORT, 'simulated failure'); END")
+    return async () => { storage.db.exec('DROP TRIGGER fail_key_delete') }
+  }
+  const pg = storage as PgStorage
+  await pg.migrate()
+  await pg.pool.query(`CREATE FUNCTION "${pg.schema}".fail_key_delete () RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'simulated failure'; END $$;
+    CREATE TRIGGER fail_key_delete BEFORE DELETE ON "${pg.schema}".api_keys FOR EACH ROW EXECUTE FUNCTION "${pg.schema}".fail_key_delete ()`)
+  return async () => { await pg.pool.query(`DROP TRIGGER fail_key_delete ON "${pg.schema}".api_keys`) }
 }
 
 interface Item { id: string, at: string, actor: string | null, action: string, keyId: string | null, endpointId: string | null, target: string, changes: Record<string, { from: unknown, to: unknown }> }
@@ -66,6 +80,43 @@ for (const [name, open] of adapters) {
       t.notOk(text.includes(value.slice(11)), 'nor its secret part')
     }
     t.notOk(/\$2[aby]\$/.test(text), 'no bcrypt hash')
+  })
+
+  t.test(`${name}: deleting a key writes endpoint.updated for each endpoint it leaves, in the deletion's transaction`, async (t) => {
+    const storage = await open(t)
+    const { app, jobs } = await buildApp(t, { storage, getActor: () => 'carol' })
+    jobs.addPipeline({ ...PIPELINE_REF, resourceSequence: 2 }, 'other')
+    const leaving = await createKey(app, 'leaving')
+    const staying = await createKey(app, 'staying')
+    const elsewhere = await createKey(app, 'elsewhere')
+    await assignKeys(app, 'dataset', [leaving.id, staying.id])
+    await assignKeys(app, 'pipeline', [leaving.id])
+    await assignKeys(app, 'pipeline', [elsewhere.id], 2)
+    const endpoints = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string, path: string }>
+    const idOf = (path: string): string | undefined => endpoints.find((e) => e.path === path)?.id
+    const newest = (await app.inject({ url: `${P}/audit?limit=1`, headers: ADMIN })).json().items[0].id
+
+    // The deletion fails after the endpoints' entries are written: none of them stays.
+    const restore = await failKeyDeletions(storage)
+    t.equal((await app.inject({ method: 'DELETE', url: `${P}/keys/${leaving.id}`, headers: ADMIN })).statusCode, 500)
+    t.equal((await app.inject({ url: `${P}/audit?limit=1`, headers: ADMIN })).json().items[0].id, newest, 'a deletion that failed left no entry')
+    await restore()
+
+    t.equal((await app.inject({ method: 'DELETE', url: `${P}/keys/${leaving.id}`, headers: ADMIN })).statusCode, 204)
+    const items = ((await app.inject({ url: `${P}/audit`, headers: ADMIN })).json().items as Item[])
+      .filter((i) => BigInt(i.id) > BigInt(newest)).reverse()
+    const dataset = { action: 'endpoint.updated', actor: 'carol', keyId: null, endpointId: idOf('/api/acme/shop/model/1/dataset/1'), target: '/api/acme/shop/model/1/dataset/1', changes: { keyIds: { from: [leaving.id, staying.id].sort(), to: [staying.id] } } }
+    const pipeline = { action: 'endpoint.updated', actor: 'carol', keyId: null, endpointId: idOf('/api/acme/shop/model/1/pipeline/1'), target: '/api/acme/shop/model/1/pipeline/1', changes: { keyIds: { from: [leaving.id], to: [] } } }
+    t.same(items.map(({ id, at, ...rest }) => rest), [
+      ...[dataset, pipeline].sort((a, b) => String(a.endpointId) < String(b.endpointId) ? -1 : 1),
+      { action: 'key.deleted', actor: 'carol', keyId: leaving.id, endpointId: null, target: leaving.prefix, changes: { purpose: { from: 'leaving', to: null }, isActive: { from: true, to: null } } }
+    ], 'one entry per endpoint the key left, with its keys before and after, then the deletion; the endpoint it was not on has none')
+    const after = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ path: string, keys: Array<{ id: string }> }>
+    t.same(after.map((e) => [e.path, e.keys.map((k) => k.id)]), [
+      ['/api/acme/shop/model/1/dataset/1', [staying.id]],
+      ['/api/acme/shop/model/1/pipeline/1', []],
+      ['/api/acme/shop/model/1/pipeline/2', [elsewhere.id]]
+    ], 'and the endpoints read as the entries say')
   })
 }
 

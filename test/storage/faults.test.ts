@@ -184,16 +184,21 @@ function failNext (storage: SqliteStorage, table: string, event: string, when = 
   return () => storage.db.exec(`DROP TRIGGER ${name}`)
 }
 
-t.test('storage failing inside a write: 500 with a message, nothing half-written', async (t) => {
+t.test('storage failing inside a write: 500 Internal server error, the detail logged, nothing half-written', async (t) => {
   const storage = new SqliteStorage({ filename: ':memory:' })
-  const { app } = await buildApp(t, { storage })
+  const logs = captureLogs()
+  const { app } = await buildApp(t, { storage }, { logger: { level: 'error', stream: logs.stream } })
   const status = async (key: string): Promise<[number, string?]> => {
     const res = await app.inject({ url: DATASET_URL, query: { api_key: key, meta: 'entities' } })
     return res.statusCode === 200 ? [200] : [res.statusCode, res.json().message]
   }
   const failed = async (method: 'POST' | 'PUT' | 'PATCH' | 'DELETE', url: string, payload?: unknown): Promise<void> => {
+    const logged = logs.raw.length
     const res = await app.inject({ method, url, headers: ADMIN, ...(payload === undefined ? {} : { payload: payload as object }) })
-    t.same([res.statusCode, res.json()], [500, { message: 'simulated disk failure' }], `${method} ${url}: 500 with the storage's message`)
+    t.same([res.statusCode, res.json()], [500, { message: 'Internal server error' }], `${method} ${url}: 500, not in the storage's words`)
+    const line = logs.lines().slice(logged).find((l) => l.statusCode === 500)
+    t.match(line, { msg: 'Internal server error', err: { code: 'FDE_INTERNAL' }, cause: { code: 'SQLITE_CONSTRAINT_TRIGGER', message: 'simulated disk failure' } },
+      `${method} ${url}: the storage's own error is in the log`)
   }
   const keys = async (): Promise<Array<{ id: string, prefix: string, purpose: string, isActive: boolean }>> =>
     (await app.inject({ url: `${P}/keys`, headers: ADMIN })).json()
@@ -257,7 +262,7 @@ t.test('storage failing inside a write: 500 with a message, nothing half-written
   t.same(await status(a.key), [403, 'Unknown API key'])
 })
 
-t.test('storage failing on a data request: 500 with a message, nothing counted', async (t) => {
+t.test('storage failing on a data request: 500 Internal server error, the detail logged, nothing counted', async (t) => {
   const real = new SqliteStorage({ filename: ':memory:' })
   let failLookups = 0
   const flaky: Storage = Object.assign(Object.create(real) as Storage, {
@@ -269,15 +274,20 @@ t.test('storage failing on a data request: 500 with a message, nothing counted',
       return real.findEndpointKey(...args)
     }
   })
-  const { app } = await buildApp(t, { storage: flaky })
+  const logs = captureLogs()
+  const { app } = await buildApp(t, { storage: flaky }, { logger: { level: 'error', stream: logs.stream } })
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
   failLookups = 2
   for (let i = 0; i < 2; i++) {
     const res = await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
-    t.same([res.statusCode, res.json()], [500, { message: 'database is locked' }])
+    t.same([res.statusCode, res.json()], [500, { message: 'Internal server error' }])
     t.equal(res.headers['cache-control'], 'no-store')
   }
+  const failures = logs.lines().filter((l) => l.statusCode === 500)
+  t.equal(failures.length, 2, 'each failure logged')
+  t.ok(failures.every((l) => l.cause.message === 'database is locked'), 'with the storage\'s own message')
+  t.same(leaks(logs.raw, [k.key]), [], 'and no key')
   t.equal(await callsOf(app, real), 0, 'a request that never authenticated is not counted')
   const ok = await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
   t.equal(ok.statusCode, 200, 'the next request is served')

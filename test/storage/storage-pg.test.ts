@@ -21,10 +21,35 @@ async function adminClient (t: Test, connectionString: string): Promise<pg.Clien
 
 if (url !== null) {
   const schema = (await freshSchema(t, url)).schema
-  await storageContract(t, 'PgStorage', async () => new PgStorage({ connectionString: url, schema, poolSize: 4 }), { shared: true })
+  await storageContract(t, 'PgStorage', async () => new PgStorage({ connectionString: url, schema, poolSize: 4 }), {
+    shared: true,
+    fresh: async (t) => new PgStorage({ connectionString: url, schema: (await freshSchema(t, url)).schema, poolSize: 2 })
+  })
 
   const project = { organization: 'acme', project: 'shop' }
   const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+
+  t.test('keys of one endpoint deleted at once on two instances, while counters are flushed: entries that chain, no deadlock', async (t) => {
+    const own = (await freshSchema(t, url)).schema
+    const [a, b] = [new PgStorage({ connectionString: url, schema: own }), new PgStorage({ connectionString: url, schema: own })]
+    t.teardown(async () => { await a.close(); await b.close() })
+    for (let round = 0; round < 10; round++) {
+      const p = { organization: `o${round}`, project: 'shop' }
+      const keys = await Promise.all([1, 2, 3].map(async (i) => a.createKey({ ...p, prefix: `R${round}K${i}`.padEnd(10, 'x'), hash: 'h', purpose: 'p', isActive: true, expiresAt: null }, AUDIT)))
+      const put = await a.putEndpoint({ ...p, modelSequence: 1, type: 'dataset', resourceSequence: 1 }, keys.map((k) => k.id), AUDIT)
+      if (!put.ok) throw new Error('putEndpoint refused')
+      const endpointId = put.endpoint.id
+      const flush = (keyId: string): Promise<void> => b.applyUsage({
+        calls: new Map([[endpointId, 1]]), lastUsed: new Map([[keyId, new Date()]]), counts: new Map()
+      })
+      await Promise.all([a.deleteKey(p, keys[0].id, AUDIT), b.deleteKey(p, keys[1].id, AUDIT), flush(keys[0].id), flush(keys[1].id), flush(keys[2].id)])
+      const entries = (await a.listAudit(p, { limit: 100 })).filter((e) => e.action === 'endpoint.updated').reverse()
+      const [first, second] = entries.map((e) => e.changes.keyIds as { from: string[], to: string[] })
+      t.equal(entries.length, 2, `round ${round}: one entry per deletion`)
+      t.same(second?.from, first?.to, `round ${round}: the second starts where the first ended`)
+      t.same(second?.to, [keys[2].id], `round ${round}: and ends on the key left`)
+    }
+  })
 
   t.test('a usage transaction this server never had (a failover to a replica behind) counts as not written', async (t) => {
     const { schema: own, client } = await freshSchema(t, url)

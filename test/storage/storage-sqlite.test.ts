@@ -12,7 +12,11 @@ const AUDIT = { actor: 'test' }
 
 await storageContract(t, 'SqliteStorage in memory', async () => new SqliteStorage({ filename: ':memory:' }))
 const shared = join(dir, 'contract.db')
-await storageContract(t, 'SqliteStorage on a file', async () => new SqliteStorage({ filename: shared }), { shared: true })
+let freshFiles = 0
+await storageContract(t, 'SqliteStorage on a file', async () => new SqliteStorage({ filename: shared }), {
+  shared: true,
+  fresh: async () => new SqliteStorage({ filename: join(dir, `contract-fresh-${++freshFiles}.db`) })
+})
 
 interface MigrationRow { version: number, applied_at: number }
 

@@ -1,0 +1,40 @@
+import { InternalServerError } from '../errors.js'
+import type { Storage } from './storage.js'
+import { UsageInDoubtError } from './usage-in-doubt.js'
+
+/**
+ * The storage as the routes use it: a failure becomes 500
+ * `Internal server error`, with the storage's own error as its `cause` for
+ * the log, since a driver's text may name tables, values or the database
+ * host. What the Storage contract itself throws (PrefixTakenError,
+ * UsageInDoubtError) and the plugin's own errors, thrown by a callback such
+ * as `beforeCommit`, pass as they are.
+ */
+export function guardStorage (storage: Storage): Storage {
+  const wrap = (err: unknown): unknown => {
+    const code = (err as { code?: unknown } | null)?.code
+    if (err instanceof UsageInDoubtError || (typeof code === 'string' && code.startsWith('FDE_'))) return err
+    return new InternalServerError({ cause: err })
+  }
+  // One wrapper per method, made again only if the method itself is replaced.
+  const wrappers = new Map<PropertyKey, { method: (...args: unknown[]) => unknown, wrapper: (...args: unknown[]) => unknown }>()
+  return new Proxy(storage, {
+    get (target, name, receiver) {
+      const value: unknown = Reflect.get(target, name, receiver)
+      if (typeof value !== 'function') return value
+      const known = wrappers.get(name)
+      if (known?.method === value) return known.wrapper
+      const method = value as (...args: unknown[]) => unknown
+      const wrapper = (...args: unknown[]): unknown => {
+        try {
+          const result = method.apply(target, args)
+          return result instanceof Promise ? result.catch((err: unknown) => { throw wrap(err) }) : result
+        } catch (err) {
+          throw wrap(err)
+        }
+      }
+      wrappers.set(name, { method, wrapper })
+      return wrapper
+    }
+  })
+}

@@ -1,0 +1,57 @@
+import { LATEST_TIMESTAMP } from '../inputs.js'
+import { migrationSql, type Dialect, type Migration } from './table-list.js'
+
+// Migrations from number 6 on, shared by both adapters. The first five
+// (MIGRATIONS in sqlite-storage.ts and pg-storage.ts) were written once per
+// dialect and have shipped: never edit them (test/storage/table-list.test.ts
+// holds their checksums). A new migration goes at the end of this list, as
+// steps over tables described once (table-list.ts):
+//
+//   {
+//     why: 'Download links (DESIGN.md §4.2): one row per link, gone with its key',
+//     steps: [{
+//       createTable: {
+//         name: 'links',
+//         columns: [
+//           { name: 'id', type: 'text' },
+//           { name: 'key_id', type: 'text', references: { table: 'api_keys', column: 'id', onDelete: 'cascade' } },
+//           { name: 'params', type: 'json' },
+//           { name: 'created_at', type: 'timestamp' },
+//           { name: 'revoked_at', type: 'timestamp', nullable: true }
+//         ],
+//         primaryKey: ['id'],
+//         indexes: [{ name: 'links_key', columns: ['key_id'] }]
+//       }
+//     }, { addColumn: { table: 'api_keys', column: { name: 'requests_per_minute', type: 'integer', nullable: true } } }]
+//   }
+//
+// Each adapter appends `migrationsFor(its dialect)` to its own list: the SQL
+// of both is generated from the one description, and the adapter reads and
+// writes the table's rows with `insertSql`, `toColumns` and `fromRow`, so
+// its row mapper has the same shape on both stores. `sql` steps are for what
+// is not a table's shape (a data fix), written once per dialect.
+export const SHARED_MIGRATIONS: readonly Migration[] = [
+  {
+    why: 'Expiries past the last instant both stores hold (issue 12): written before timestamps were read by lib/inputs.ts, ' +
+      'they made every answer that lists the key fail. Each becomes 9999-12-31T23:59:59.999Z: the key still never expires in practice',
+    steps: [{
+      sql: {
+        sqlite: `UPDATE api_keys SET expires_at = ${LATEST_TIMESTAMP} WHERE expires_at > ${LATEST_TIMESTAMP};`,
+        pg: `UPDATE api_keys SET expires_at = '${new Date(LATEST_TIMESTAMP).toISOString()}' WHERE expires_at > '${new Date(LATEST_TIMESTAMP).toISOString()}';`
+      }
+    }]
+  },
+  {
+    why: 'A project\'s keys in their order (issue 18): a page of them is read from where the last ended, ' +
+      'with no sort of the project\'s keys; the index it replaces was its first two columns',
+    steps: [
+      { createIndex: { table: 'api_keys', name: 'api_keys_project_order', columns: ['organization', 'project', 'created_at', 'id'] } },
+      { sql: { sqlite: 'DROP INDEX api_keys_project;', pg: 'DROP INDEX api_keys_project;' } }
+    ]
+  }
+]
+
+/** The shared migrations' SQL in one dialect, each one script, in order. */
+export function migrationsFor (dialect: Dialect): string[] {
+  return SHARED_MIGRATIONS.map((m) => migrationSql(m, dialect))
+}
