@@ -8,13 +8,15 @@ import { redactKeys } from './keys/api-key.js'
 import { redactUrl } from './routes/log-redaction.js'
 import {
   DataEndpointsClient, DataEndpointsError, HttpError, JobWaitTimeoutError, UsageError, jsonLinesLogger,
-  type ClientLogger, type DatasetQuery, type JobInfo
+  type ClientLogger, type DataEndpointsClientOptions, type DatasetQuery, type JobInfo
 } from './client/index.js'
 
 // The `data-endpoints` command. The key comes from DATA_ENDPOINTS_API_KEY
 // only: an argument would sit in shell history and in `ps` output.
 
 const KEY_VARIABLE = 'DATA_ENDPOINTS_API_KEY'
+// The management commands' bearer token (the host's getPermissions grants ManageAPIKeys for it).
+const TOKEN_VARIABLE = 'DATA_ENDPOINTS_MANAGEMENT_TOKEN'
 // 0 done; 1 the request or the job failed; 2 the command line is wrong; 130 interrupted.
 const EXIT_FAILED = 1
 const EXIT_USAGE = 2
@@ -26,6 +28,9 @@ Commands:
   get <endpoint-url>    download a dataset to stdout, or to --output FILE
   run <pipeline-url>    start a pipeline run and print its job reference as JSON
   job <job-url>         print a job's status as JSON
+  keys <project-url>    print a project's keys as a JSON array (never their values)
+  endpoints <project-url>
+                        print a project's endpoints as a JSON array
 
 Options of get:
   --format F            sql (default), json, csv-zip, json-zip, oracle-loader, csv,
@@ -46,6 +51,12 @@ Options of run:
   --interval S          seconds between polls (default 2)
   --wait-timeout S      give up waiting after S seconds (default 3600)
 
+Options of keys and endpoints (<project-url>: the project under the management
+prefix, e.g. https://data.example.com/api-keys/acme/shop; every page is read):
+  --search TEXT         only keys whose prefix or purpose holds TEXT, or endpoints
+                        whose path or resource name does (A-Z in either case)
+  --key-id ID           endpoints: only those this key is assigned to
+
 Common options:
   --timeout S           seconds one attempt may wait for an answer (default 30)
   --allow-http          allow sending the key over plain HTTP to a non-loopback host
@@ -55,7 +66,8 @@ Common options:
   -h, --help            show this help
   --version             show the version
 
-The API key is read from ${KEY_VARIABLE}; it is never taken from an argument.
+The API key is read from ${KEY_VARIABLE}, and the management token of keys and
+endpoints from ${TOKEN_VARIABLE}; neither is ever taken from an argument.
 Answers 500 and network time-outs are retried after 1, 2, 4, 8 and 16 s
 (unless --no-retry); 403, 404, 405 and other statuses are not.
 Exit status: 0 success, 1 request or job failed, 2 usage error, 130 interrupted.
@@ -79,6 +91,11 @@ const GET_OPTIONS = {
   'archive-type': { type: 'string' },
   output: { type: 'string', short: 'o' },
   progress: { type: 'boolean' }
+} as const
+const LIST_OPTIONS = {
+  ...COMMON,
+  search: { type: 'string' },
+  'key-id': { type: 'string' }
 } as const
 const RUN_OPTIONS = {
   ...COMMON,
@@ -126,24 +143,30 @@ function seconds (name: string, text: string | undefined, fallback: number): num
   return Math.max(1, Math.round(value * 1000))
 }
 
-function clientFor (values: { timeout?: string, 'allow-http'?: boolean, 'no-retry'?: boolean, verbose?: boolean }, io: Io, needsKey: boolean): DataEndpointsClient {
-  const apiKey = io.env[KEY_VARIABLE]
-  if (needsKey && (apiKey === undefined || apiKey.trim() === '')) {
-    throw new UsageProblem(`set ${KEY_VARIABLE} to the API key`)
-  }
+type CommonValues = { timeout?: string, 'allow-http'?: boolean, 'no-retry'?: boolean, verbose?: boolean }
+
+/** The client options every command's common options set. */
+function clientOptions (values: CommonValues, io: Io): DataEndpointsClientOptions {
   // SPEC.md §7.4 log lines, as JSON on stderr: by default only attempts that
   // failed and are retried, so a wait is explained; all of them with --verbose.
   const lines = jsonLinesLogger(io.stderr)
   const logger: ClientLogger = (entry) => {
     if (values.verbose === true || entry.retryInMs !== undefined) lines(entry)
   }
-  return new DataEndpointsClient({
-    apiKey: needsKey ? apiKey : undefined,
+  return {
     timeout: seconds('timeout', values.timeout, 30),
     allowHttp: values['allow-http'] === true,
     retryDelays: values['no-retry'] === true ? [] : undefined,
     logger
-  })
+  }
+}
+
+function clientFor (values: CommonValues, io: Io, needsKey: boolean): DataEndpointsClient {
+  const apiKey = io.env[KEY_VARIABLE]
+  if (needsKey && (apiKey === undefined || apiKey.trim() === '')) {
+    throw new UsageProblem(`set ${KEY_VARIABLE} to the API key`)
+  }
+  return new DataEndpointsClient({ ...clientOptions(values, io), apiKey: needsKey ? apiKey : undefined })
 }
 
 function formatBytes (n: number): string {
@@ -271,7 +294,30 @@ async function job (args: string[], io: Io): Promise<number> {
   return 0
 }
 
-const COMMANDS: Record<string, (args: string[], io: Io) => Promise<number>> = { get, run, job }
+/** keys / endpoints: the whole list, page after page, as one JSON array. */
+async function list (which: 'keys' | 'endpoints', args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(args, LIST_OPTIONS)
+  const url = oneUrl(positionals, 'project-url')
+  if (which === 'keys' && values['key-id'] !== undefined) throw new UsageProblem('--key-id goes with endpoints')
+  const token = io.env[TOKEN_VARIABLE]?.trim()
+  const client = new DataEndpointsClient({
+    ...clientOptions(values, io),
+    managementToken: token === undefined || token === '' ? undefined : token
+  })
+  const options = { search: values.search, signal: io.signal }
+  printJson(io, which === 'keys'
+    ? await client.listKeys(url, options)
+    : await client.listEndpoints(url, { ...options, keyId: values['key-id'] }))
+  return 0
+}
+
+const COMMANDS: Record<string, (args: string[], io: Io) => Promise<number>> = {
+  get,
+  run,
+  job,
+  keys: async (args, io) => await list('keys', args, io),
+  endpoints: async (args, io) => await list('endpoints', args, io)
+}
 
 /** Runs the command line `args`; resolves with the exit status. */
 async function main (args: string[], io: Io): Promise<number> {
@@ -290,7 +336,7 @@ async function main (args: string[], io: Io): Promise<number> {
     if (handler === undefined) {
       // Echoed only when it cannot be a key (a key has digits, capitals and a dash).
       const shown = /^[a-z]{1,15}$/.test(command) ? ` "${command}"` : ''
-      throw new UsageProblem(`unknown command${shown} (get, run or job)`)
+      throw new UsageProblem(`unknown command${shown} (get, run, job, keys or endpoints)`)
     }
     return await handler(rest, io)
   } catch (err) {

@@ -3,8 +3,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { randomAlphanumeric } from '../lib/keys/api-key.js'
 import {
-  PrefixTakenError,
-  type ApiKeyRecord, type EndpointLocator, type NewApiKey, type ProjectRef, type ResourceType, type Storage,
+  InvalidCursorError, MAX_ENDPOINT_KEYS, PrefixTakenError,
+  type ApiKeyRecord, type EndpointListQuery, type EndpointLocator, type ListPage, type NewApiKey, type ProjectRef, type ResourceType, type Storage,
   type UsageBatch, type UsageCount, type UsageRow
 } from '../lib/storage/storage.js'
 import { countId } from '../lib/storage/usage-buckets.js'
@@ -33,6 +33,7 @@ const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'organization', 
 const ENDPOINT_FIELDS = ['calls', 'createdAt', 'id', 'keys', 'modelSequence', 'organization', 'project',
   'resourceSequence', 'type']
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+const CURSOR_REFUSED = { code: 'FDE_INVALID_CURSOR', message: 'not a cursor of this list' }
 // Stores may take the time from the database server: allow for rounding and clock steps.
 const CLOCK_SLACK_MS = 2000
 
@@ -332,6 +333,209 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal(await s.getEndpoint(at(newProject())), null)
     })
 
+    /** Every page of a list from the start, `limit` at a time: the items in order, and how many pages it took. */
+    async function walk<T> (read: (after: string | undefined) => Promise<ListPage<T>>): Promise<{ items: T[], pages: number }> {
+      const items: T[] = []
+      let pages = 0
+      for (let after: string | undefined; ;) {
+        const page = await read(after)
+        items.push(...page.items)
+        pages++
+        if (page.next === null) return { items, pages }
+        after = page.next
+        if (pages > 1000) throw new Error('the pages do not end')
+      }
+    }
+
+    t.test('listKeysPage: pages in listKeys\' order, each key once; the cursor holds when its key is deleted', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      // Made as fast as the store can: several share a creation time, which the id orders.
+      const made: ApiKeyRecord[] = []
+      for (let i = 0; i < 11; i++) made.push(await s.createKey(newKey(p, `client ${i}`), AUDIT))
+      await s.createKey(newKey(newProject(), 'client 0'), AUDIT)
+      const all = await s.listKeys(p)
+      t.equal(all.length, 11)
+
+      for (const limit of [1, 2, 3, 10, 11, 12, 500]) {
+        const { items, pages } = await walk((after) => s.listKeysPage(p, { limit, after }))
+        t.same(items, all, `pages of ${limit}: the same keys in the same order`)
+        t.equal(pages, Math.max(1, Math.ceil(11 / limit)), `pages of ${limit}: ${pages}, the last one says so (next null)`)
+      }
+      const first = await s.listKeysPage(p, { limit: 4 })
+      t.equal(first.items.length, 4)
+      t.type(first.next, 'string')
+      t.match(first.next, /^[A-Za-z0-9_-]+$/, 'a cursor is one URL-safe word')
+
+      // The page's last key is deleted before the next page is read: the next page still starts after it.
+      await s.deleteKey(p, first.items[3].id, AUDIT)
+      const second = await s.listKeysPage(p, { limit: 4, after: first.next ?? undefined })
+      t.same(second.items.map((k) => k.id), all.slice(4, 8).map((k) => k.id))
+      t.same(await s.listKeysPage(newProject(), { limit: 5 }), { items: [], next: null }, 'an empty project')
+      t.same(await s.listKeysPage(p, { limit: 5, after: second.next ?? undefined, search: 'no such text' }), { items: [], next: null })
+    })
+
+    t.test('listKeysPage: search finds a prefix or purpose by any part, A-Z in either case, in pages', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const purposes = ['Nightly ETL', 'nightly backup', 'Partner feed', 'ÉTL café', '100% sure_thing', 'reporting']
+      const keys: ApiKeyRecord[] = []
+      for (const purpose of purposes) keys.push(await s.createKey(newKey(p, purpose), AUDIT))
+      await s.createKey(newKey(newProject(), 'Nightly ETL'), AUDIT)
+      const find = async (search: string, limit = 100): Promise<string[]> =>
+        (await walk((after) => s.listKeysPage(p, { limit, after, search }))).items.map((k) => k.purpose)
+      // Keys made in the same millisecond are ordered by id: the expected order is listKeys'.
+      const nightly = (await s.listKeys(p)).map((k) => k.purpose).filter((purpose) => /nightly/i.test(purpose))
+
+      t.same(await find('nightly'), nightly, 'in order, this project only')
+      t.same(nightly.sort(), ['Nightly ETL', 'nightly backup'])
+      t.same(await find('NIGHTLY', 1), await find('nightly'), 'either case, a page at a time')
+      t.same(await find('etl'), ['Nightly ETL'], 'É is not E: only A-Z fold')
+      t.same(await find('ÉTL'), ['ÉTL café'])
+      t.same(await find('%'), ['100% sure_thing'], 'LIKE\'s wildcards are plain characters')
+      t.same(await find('_'), ['100% sure_thing'])
+      t.same(await find('a\u0000b'), [], 'a NUL finds nothing')
+      const prefix = keys[5].prefix
+      t.same(await find(prefix.slice(2, 8)), ['reporting'], 'part of a prefix')
+      t.same(await find(prefix.toLowerCase()), (await find(prefix.toUpperCase())), 'a prefix in either case')
+      t.ok((await find(prefix.toLowerCase())).includes('reporting'))
+    })
+
+    t.test('listKeysPage and listEndpointsPage refuse a cursor they did not give', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      await keyIn(s, p)
+      for (const after of ['', 'not a cursor', 'bm90IGpzb24', Buffer.from('[1]').toString('base64url'),
+        Buffer.from('["x", 1, "y"]').toString('base64url'), Buffer.from('[1.5, "a"]').toString('base64url'),
+        Buffer.from('["2030-02-30T00:00:00.000000Z", "a"]').toString('base64url'), 'a\u0000b']) {
+        await t.rejects(s.listKeysPage(p, { limit: 5, after }), CURSOR_REFUSED, `keys: ${JSON.stringify(after)}`)
+        await t.rejects(s.listEndpointsPage(p, { limit: 5, after }), CURSOR_REFUSED, `endpoints: ${JSON.stringify(after)}`)
+      }
+      await keyIn(s, p)
+      const keyCursor = (await s.listKeysPage(p, { limit: 1 })).next
+      t.type(keyCursor, 'string')
+      await t.rejects(s.listEndpointsPage(p, { limit: 5, after: keyCursor ?? '' }), CURSOR_REFUSED, 'a key cursor is no endpoint cursor')
+      t.ok(await s.listKeysPage(p, { limit: 1, after: 'x' }).catch((err: unknown) => err instanceof InvalidCursorError), 'an InvalidCursorError')
+    })
+
+    t.test('listEndpointsPage: pages in listEndpoints\' order with their keys; by key; search by path or place', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const a = await keyIn(s, p, 'a')
+      const b = await keyIn(s, p, 'b', false)
+      const theirs = await keyIn(s, newProject())
+      const places = [at(p, 'dataset', 1, 2), at(p, 'pipeline', 1), at(p, 'dataset', 12), at(p, 'dataset', 1), at(p, 'pipeline', 3, 10),
+        at(p, 'dataset', 2), at(p, 'pipeline', 2)]
+      for (const [i, l] of places.entries()) await s.putEndpoint(l, i % 3 === 0 ? [a.id, b.id] : [b.id], AUDIT)
+      await s.putEndpoint(at(newProject()), [theirs.id], AUDIT)
+      const all = await s.listEndpoints(p)
+      t.equal(all.length, 7)
+
+      for (const limit of [1, 2, 3, 7, 8]) {
+        const { items, pages } = await walk((after) => s.listEndpointsPage(p, { limit, after }))
+        t.same(items, all, `pages of ${limit}: the same endpoints, keys and all, in the same order`)
+        t.equal(pages, Math.ceil(7 / limit), `pages of ${limit}`)
+      }
+      const byKey = await walk((after) => s.listEndpointsPage(p, { limit: 2, after, keyId: a.id }))
+      t.same(byKey.items, all.filter((e) => e.keys.some((k) => k.id === a.id)), 'the endpoints of one key, with all their keys')
+      t.equal(byKey.items.length, 3)
+      t.same((await s.listEndpointsPage(p, { limit: 10, keyId: theirs.id })).items, [], 'another project\'s key: none')
+      t.same((await s.listEndpointsPage(p, { limit: 10, keyId: randomUUID() })).items, [])
+
+      const paths = async (query: Omit<EndpointListQuery, 'limit'>, limit = 100): Promise<string[]> =>
+        (await walk((after) => s.listEndpointsPage(p, { ...query, limit, after }))).items.map((e) => `${e.modelSequence}/${e.type}/${e.resourceSequence}`)
+      t.same(await paths({ search: '/pipeline/' }), ['1/pipeline/1', '1/pipeline/2', '10/pipeline/3'])
+      t.same(await paths({ search: 'DATASET/1' }, 1), ['1/dataset/1', '1/dataset/12', '2/dataset/1'], 'either case, a page at a time')
+      t.same(await paths({ search: 'model/10/' }), ['10/pipeline/3'])
+      t.same(await paths({ search: p.organization.toUpperCase() }), all.map((e) => `${e.modelSequence}/${e.type}/${e.resourceSequence}`),
+        'the whole path, organization included')
+      t.same(await paths({ search: 'sales', searchPlaces: [{ type: 'dataset', modelSequence: 1, resourceSequence: 12 }, { type: 'pipeline', modelSequence: 1, resourceSequence: 9 }] }),
+        ['1/dataset/12'], 'a place the host named matches, though its path does not')
+      t.same(await paths({ search: '/pipeline/', searchPlaces: [{ type: 'dataset', modelSequence: 2, resourceSequence: 1 }] }),
+        ['1/pipeline/1', '1/pipeline/2', '2/dataset/1', '10/pipeline/3'], 'either matches')
+      t.same(await paths({ search: '/pipeline/', keyId: a.id }), ['1/pipeline/2'], 'search and key together')
+      t.same(await paths({ search: 'a\u0000b' }), [])
+      t.same(await s.listEndpointsPage(newProject(), { limit: 3 }), { items: [], next: null })
+    })
+
+    t.test('addEndpointKey and removeEndpointKey: one key on or off, audited with the whole list; nothing else changes', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const a = await keyIn(s, p, 'a')
+      const b = await keyIn(s, p, 'b')
+      const foreign = await keyIn(s, newProject())
+      const l = at(p, 'dataset', 3)
+      const audited = async (): Promise<number> => (await s.listAudit(p, { limit: 500 })).length
+
+      t.same(await s.addEndpointKey(l, a.id, AUDIT), { ok: false, problem: 'no_endpoint' }, 'no endpoint: it is not created')
+      t.same(await s.removeEndpointKey(l, a.id, AUDIT), { ok: false, problem: 'no_endpoint' })
+      t.equal(await s.getEndpoint(l), null)
+      const put = await s.putEndpoint(l, [a.id], AUDIT)
+      if (!put.ok) throw new Error('putEndpoint refused')
+      await s.applyUsage({ calls: new Map([[put.endpoint.id, 4]]), lastUsed: new Map(), counts: new Map() })
+      const entries = await audited()
+
+      for (const id of [foreign.id, randomUUID(), 'not-a-uuid', `${a.id}\u0000`]) {
+        t.same(await s.addEndpointKey(l, id, AUDIT), { ok: false, problem: 'no_key' }, `add ${JSON.stringify(id)}: not a key of the project`)
+        t.same(await s.removeEndpointKey(l, id, AUDIT), { ok: false, problem: 'no_key' }, `remove ${JSON.stringify(id)}`)
+      }
+      const added = await s.addEndpointKey(l, b.id, AUDIT)
+      if (!added.ok) throw new Error('addEndpointKey refused')
+      t.equal(added.changed, true)
+      t.same({ ...added.endpoint, keys: byId(added.endpoint.keys) },
+        { ...put.endpoint, calls: 4, keys: byId([{ id: a.id, prefix: a.prefix, purpose: 'a', isActive: true }, { id: b.id, prefix: b.prefix, purpose: 'b', isActive: true }]) },
+        'the endpoint as it is now: same id, calls and creation time, both keys')
+      t.same(await s.getEndpoint(l), added.endpoint)
+      t.not((await s.findEndpointKey(l, b.prefix))?.key, null, 'the key opens it')
+      const [entry] = await s.listAudit(p, { limit: 1 })
+      t.match(entry, { action: 'endpoint.updated', actor: 'contract', endpointId: put.endpoint.id, keyId: null,
+        changes: { keyIds: { from: [a.id], to: [a.id, b.id].sort() } } }, 'audited as a PUT would be')
+
+      t.same(await s.addEndpointKey(l, b.id, AUDIT), { ok: true, changed: false, endpoint: added.endpoint }, 'already there: nothing changes')
+      t.equal(await audited(), entries + 1, 'and nothing is audited')
+
+      const removed = await s.removeEndpointKey(l, a.id, AUDIT)
+      t.match(removed, { ok: true, changed: true, endpoint: { id: put.endpoint.id, calls: 4 } })
+      t.same(removed.ok && removed.endpoint.keys.map((k) => k.id), [b.id])
+      t.equal(await s.findEndpointKey(l, a.prefix).then((r) => r?.key), null, 'the key no longer opens it')
+      t.not(await s.getKey(p, a.id), null, 'the key itself stays')
+      t.match((await s.listAudit(p, { limit: 1 }))[0], { action: 'endpoint.updated', changes: { keyIds: { from: [a.id, b.id].sort(), to: [b.id] } } })
+      t.same(await s.removeEndpointKey(l, a.id, AUDIT), { ok: true, changed: false, endpoint: removed.ok && removed.endpoint }, 'not there: nothing changes')
+      t.same(await s.removeEndpointKey(l, b.id, AUDIT), { ok: false, problem: 'last_key' }, 'never the last key')
+      t.same((await s.getEndpoint(l))?.keys.map((k) => k.id), [b.id])
+      t.equal(await audited(), entries + 2, 'two changes, two entries')
+    })
+
+    t.test(`addEndpointKey stops at ${MAX_ENDPOINT_KEYS} keys, as a PUT does`, async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const ids: string[] = []
+      for (let i = 0; i <= MAX_ENDPOINT_KEYS; i++) ids.push((await s.createKey(newKey(p, `k${i}`), AUDIT)).id)
+      const l = at(p)
+      t.match(await s.putEndpoint(l, ids.slice(0, MAX_ENDPOINT_KEYS - 1), AUDIT), { ok: true })
+      t.match(await s.addEndpointKey(l, ids[MAX_ENDPOINT_KEYS - 1], AUDIT), { ok: true, changed: true }, `the ${MAX_ENDPOINT_KEYS}th`)
+      t.same(await s.addEndpointKey(l, ids[MAX_ENDPOINT_KEYS], AUDIT), { ok: false, problem: 'full' }, 'one more is refused')
+      t.equal((await s.getEndpoint(l))?.keys.length, MAX_ENDPOINT_KEYS)
+      t.match(await s.addEndpointKey(l, ids[0], AUDIT), { ok: true, changed: false }, 'one it has is fine')
+    })
+
+    t.test('concurrent addEndpointKey of many keys to one endpoint, from every handle: all are assigned, each audited once', async (t) => {
+      const [a, b] = await twoStores(t)
+      const p = newProject()
+      const first = await keyIn(a, p)
+      const l = at(p)
+      await a.putEndpoint(l, [first.id], AUDIT)
+      const more: string[] = []
+      for (let i = 0; i < 8; i++) more.push((await keyIn(a, p)).id)
+      const results = await Promise.all(more.map((id, i) => (i % 2 === 0 ? a : b).addEndpointKey(l, id, AUDIT)))
+      t.same(results.map((r) => r.ok && r.changed), Array(8).fill(true))
+      t.same((await b.getEndpoint(l))?.keys.map((k) => k.id).sort(), [first.id, ...more].sort(), 'no addition lost')
+      const entries = (await a.listAudit(p, { limit: 100 })).filter((e) => e.action === 'endpoint.updated')
+      t.equal(entries.length, 8)
+      t.same(new Set(entries.map((e) => (e.changes.keyIds.to as string[]).length)), new Set([2, 3, 4, 5, 6, 7, 8, 9]),
+        'each entry\'s list is the one its change made: none saw another\'s half-done')
+    })
+
     t.test('deleteKey revokes the key and keeps its endpoints, minus that key', async (t) => {
       const s = await store(t)
       const p = newProject()
@@ -418,6 +622,10 @@ export async function storageContract (t: Test, name: string, open: () => Promis
         t.equal(await s.getKey(project, k.id), null, 'getKey in that project')
         t.equal(await s.deleteKey(project, k.id, AUDIT), false, 'deleteKey in that project')
         t.same(await s.listEndpoints(project), [], 'listEndpoints')
+        t.same(await s.listKeysPage(project, { limit: 5 }), { items: [], next: null }, 'listKeysPage')
+        t.same(await s.listEndpointsPage(project, { limit: 5 }), { items: [], next: null }, 'listEndpointsPage')
+        t.same(await s.addEndpointKey({ ...l, ...where }, k.id, AUDIT), { ok: false, problem: 'no_endpoint' }, 'addEndpointKey')
+        t.same(await s.removeEndpointKey({ ...l, ...where }, k.id, AUDIT), { ok: false, problem: 'no_endpoint' }, 'removeEndpointKey')
         t.equal(await s.getEndpoint({ ...l, ...where }), null, 'getEndpoint')
         t.equal(await s.deleteEndpoint({ ...l, ...where }, AUDIT), false, 'deleteEndpoint')
         t.equal(await s.findEndpointKey({ ...l, ...where }, k.prefix), null, 'findEndpointKey: no endpoint')

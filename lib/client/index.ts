@@ -7,6 +7,7 @@ import { attempt, readJson, type AttemptSpec } from './attempt.js'
 import { fileNameOf } from './content-disposition.js'
 import { datasetParams, type DatasetQuery } from './dataset-query.js'
 import { contentLengthOf, downloadBody } from './download-body.js'
+import { nextPageUrl } from './link-header.js'
 import { DataEndpointsError, JobWaitTimeoutError, UsageError } from './errors.js'
 import { silentLogger, type ClientLogger } from './log.js'
 import { checkedUrl } from './request-url.js'
@@ -27,6 +28,11 @@ export { fileNameOf } from './content-disposition.js'
 export interface DataEndpointsClientOptions {
   /** the API key; needed for datasets and pipelines, never sent to job URLs */
   apiKey?: string
+  /**
+   * a bearer token the host's getPermissions grants ManageAPIKeys for; sent
+   * as `Authorization: Bearer …` by the management calls (listKeys, listEndpoints) only
+   */
+  managementToken?: string
   /** relative URLs given to the methods are resolved against it */
   baseUrl?: string | URL
   /** milliseconds one attempt may take until the answer's headers (and, for JSON answers, its body); default 30000 */
@@ -65,6 +71,42 @@ export interface DatasetDownload {
 export interface JobReference {
   job_id: string
   job_url: string
+}
+
+/** A key as the management API lists it (never its value). */
+export interface ManagedKey {
+  id: string
+  prefix: string
+  purpose: string
+  isActive: boolean
+  /** ISO 8601 */
+  createdAt: string
+  /** the last successful authentication, ISO 8601; null before */
+  updatedAt: string | null
+  expiresAt: string | null
+}
+
+/** An endpoint as the management API lists it. */
+export interface ManagedEndpoint {
+  id: string
+  path: string
+  method: 'GET' | 'POST'
+  type: 'dataset' | 'pipeline'
+  organization: string
+  project: string
+  modelSequence: number
+  resourceSequence: number
+  resourceName?: string
+  calls: number
+  keys: Array<{ id: string, prefix: string, purpose: string, isActive: boolean }>
+  createdAt: string
+}
+
+export interface ListOptions extends CallOptions {
+  /** only the items holding this text (the API's `q`): a key's prefix or purpose, an endpoint's path or name */
+  search?: string
+  /** items per request, 1 to 500; default 500 */
+  pageSize?: number
 }
 
 /** The answer of `/api/job/:jobId`. */
@@ -111,6 +153,7 @@ function jobUrlOf (job: JobTarget): string | URL {
 
 export class DataEndpointsClient {
   readonly #apiKey: string | undefined
+  readonly #managementToken: string | undefined
   readonly #baseUrl: URL | undefined
   readonly #timeout: number
   readonly #retryDelays: readonly number[]
@@ -126,6 +169,11 @@ export class DataEndpointsClient {
       // Checked here so that fetch never echoes a bad header value, key included, in an error.
       if (!VISIBLE_ASCII.test(key)) throw new UsageError('The API key is empty or holds characters a key cannot have')
       this.#apiKey = key
+    }
+    if (options.managementToken !== undefined) {
+      const token = options.managementToken.trim()
+      if (!VISIBLE_ASCII.test(token)) throw new UsageError('The management token is empty or holds characters a header cannot have')
+      this.#managementToken = token
     }
     if (options.baseUrl !== undefined) {
       try {
@@ -250,6 +298,52 @@ export class DataEndpointsClient {
     }
   }
 
+  /**
+   * Every key of a project, oldest first: `projectUrl` is the project under
+   * the management prefix (`https://host/api-keys/acme/shop`). Reads the list
+   * a page at a time, following each answer's `Link: <…>; rel="next"`.
+   */
+  async listKeys (projectUrl: string | URL, options: ListOptions = {}): Promise<ManagedKey[]> {
+    return await this.#listAll<ManagedKey>(projectUrl, 'keys', {}, options)
+  }
+
+  /** Every endpoint of a project (or of one key, with `keyId`), as listKeys reads them. */
+  async listEndpoints (projectUrl: string | URL, options: ListOptions & { keyId?: string } = {}): Promise<ManagedEndpoint[]> {
+    return await this.#listAll<ManagedEndpoint>(projectUrl, 'endpoints', options.keyId === undefined ? {} : { keyId: options.keyId }, options)
+  }
+
+  async #listAll<T> (projectUrl: string | URL, list: 'keys' | 'endpoints', filters: Record<string, string>, options: ListOptions): Promise<T[]> {
+    const pageSize = options.pageSize ?? 500
+    if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 500) throw new UsageError('pageSize must be an integer from 1 to 500')
+    const base = checkedUrl(projectUrl, { baseUrl: this.#baseUrl, sendsKey: true, allowHttp: this.#allowHttp })
+    base.pathname = base.pathname.replace(/\/*$/, `/${list}`)
+    base.search = new URLSearchParams({ limit: String(pageSize), ...(options.search === undefined ? {} : { q: options.search }), ...filters }).toString()
+    const headers: Record<string, string> = { accept: 'application/json' }
+    if (this.#managementToken !== undefined) headers.authorization = `Bearer ${this.#managementToken}`
+    const items: T[] = []
+    const read = new Set<string>()
+    for (let url: URL | null = base; url !== null;) {
+      // The token goes to the first page's origin only, and no page is read twice.
+      if (url.origin !== base.origin) throw new DataEndpointsError(`The next page is on another origin (${redactUrl(url.origin)}); not followed`, { url: redactUrl(url.href) })
+      if (read.has(url.href)) throw new DataEndpointsError('The next page is one already read; the list does not end', { url: redactUrl(url.href) })
+      read.add(url.href)
+      const page: URL = url
+      const answer = await this.#call({
+        method: 'GET',
+        url: page,
+        loggedUrl: redactUrl(page.href),
+        headers,
+        signal: options.signal,
+        handsOnBody: false,
+        read: async (response) => ({ body: await response.json().catch(() => null) as unknown, next: nextPageUrl(response.headers.get('link'), page) })
+      })
+      if (!Array.isArray(answer.body)) throw new DataEndpointsError('The server answered with something that is not a list', { status: 200, url: redactUrl(page.href) })
+      items.push(...answer.body as T[])
+      url = answer.next
+    }
+    return items
+  }
+
   #keyedUrl (url: string | URL): URL {
     if (this.#apiKey === undefined) throw new UsageError('No API key: give the apiKey option (DATA_ENDPOINTS_API_KEY for the CLI)')
     return checkedUrl(url, { baseUrl: this.#baseUrl, sendsKey: true, allowHttp: this.#allowHttp })
@@ -261,7 +355,8 @@ export class DataEndpointsClient {
 
   /** Runs the attempts of one call under the retry policy, logging each. */
   async #call<T> (spec: AttemptSpec<T>): Promise<T> {
-    const keyPrefix = 'authorization' in spec.headers ? loggablePrefix(this.#apiKey) : undefined
+    // The prefix of the API key, when it is what the call sends (not a management token).
+    const keyPrefix = this.#apiKey !== undefined && spec.headers.authorization === `Bearer ${this.#apiKey}` ? loggablePrefix(this.#apiKey) : undefined
     const log = (n: number, status: number | null, message: string, retryInMs?: number): void => {
       this.#logger({
         time: new Date(this.#now()).toISOString(),

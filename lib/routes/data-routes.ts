@@ -37,7 +37,7 @@ const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/
  * the client's to write: it must not add a path, query or user to the URL, nor
  * carry a key into the body. Set `baseUrl` where clients must get one address.
  */
-function hostOf (request: FastifyRequest): string {
+export function hostOf (request: FastifyRequest): string {
   const host = request.host as string | undefined
   if (host !== undefined && HOST.test(host) && redactKeys(host) === host) return host
   const { localAddress, localPort } = request.socket

@@ -19,12 +19,18 @@ import { MANAGE_API_KEYS, type ResolvedOptions } from '../options.js'
 import {
   ApiKey, ApiKeyWithValue, CreateKeyBody, Endpoint, EndpointParams, ErrorBody, KeyParams, ProjectParams,
   PutEndpointBody, ResourcesAnswer, UpdateKeyBody, UsageAnswer, UsageQuerystring, AuditAnswer, AuditQuerystring,
+  EndpointKeyParams, EndpointsQuerystring, KeysQuerystring, NextPageHeader, NoQuerystring,
   type ApiKeyBody, type EndpointBody, type ResourceItem
 } from './schemas.js'
 import { bucketStart, DAY_MS, HOUR_MS } from '../storage/usage-buckets.js'
 import { PrefixTakenError, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
+import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage } from '../storage/storage.js'
+import { foldSearch } from '../storage/list-cursor.js'
+import { hostOf } from './data-routes.js'
 
 const PREFIX_ATTEMPTS = 5
+/** A list asked for without `limit`: all of it, as before lists had pages. */
+const WHOLE_LIST = Number.MAX_SAFE_INTEGER - 1
 
 
 function keyBody (k: ApiKeyRecord): ApiKeyBody {
@@ -61,6 +67,12 @@ function placeOf (r: { type: ResourceType, modelSequence: number, resourceSequen
   return `${r.type}/${r.modelSequence}/${r.resourceSequence}`
 }
 
+/** The place a `placeOf` key names. */
+function placeFrom (key: string): { type: ResourceType, modelSequence: number, resourceSequence: number } {
+  const [type, modelSequence, resourceSequence] = key.split('/')
+  return { type: type as ResourceType, modelSequence: Number(modelSequence), resourceSequence: Number(resourceSequence) }
+}
+
 function locatorOf (params: Static<typeof EndpointParams>): EndpointLocator {
   return { ...params, modelSequence: Number(params.modelSequence), resourceSequence: Number(params.resourceSequence) }
 }
@@ -75,6 +87,27 @@ export async function requireManageApiKeys (options: Pick<ResolvedOptions, 'getP
 
 const errors = (...codes: number[]): Record<number, typeof ErrorBody> =>
   Object.fromEntries(codes.map((c) => [c, ErrorBody]))
+
+/** A page read from storage; a cursor it did not give is the caller's 400. */
+async function pageOf<T> (read: () => Promise<ListPage<T>>): Promise<ListPage<T>> {
+  try {
+    return await read()
+  } catch (err) {
+    if (err instanceof InvalidCursorError) throw new BadRequestError('querystring.after: not a cursor of this list; follow the Link header\'s rel="next" URL')
+    throw err
+  }
+}
+
+/** Throws the refusal of a change of one key on an endpoint, if it was refused. */
+function refuseEndpointKeyChange (result: EndpointKeyResult): void {
+  if (result.ok) return
+  switch (result.problem) {
+    case 'no_endpoint': throw new EndpointNotFoundError()
+    case 'no_key': throw new KeyNotFoundError()
+    case 'full': throw new BadRequestError(`keyId: the endpoint has ${MAX_ENDPOINT_KEYS} keys, the most it holds; remove one first`)
+    case 'last_key': throw new BadRequestError('keyId: the endpoint\'s last key; assign another first, or delete the endpoint')
+  }
+}
 
 /** A timestamp from the request, read once (lib/inputs.ts); 400 naming `field` if no store could hold it. */
 function timestampOf (text: string, field: string): Date {
@@ -187,6 +220,14 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     return resource.name
   }
 
+  /** The resource's name, when the host still has it. */
+  async function resourceNameOf (l: EndpointLocator): Promise<string | undefined> {
+    return await requireResource(l).catch((err: unknown) => {
+      if (err instanceof DatasetNotFoundError || err instanceof PipelineNotFoundError) return undefined
+      throw err
+    })
+  }
+
   /** The project's datasets and pipelines as the host lists them (none where it does not). */
   async function resourcesOf (project: ProjectRef): Promise<ResourceItem[]> {
     const [datasets, pipelines] = await Promise.all([
@@ -221,23 +262,40 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
 
   async function keyIdsToAssign (project: ProjectRef, requested: string[] | undefined): Promise<string[]> {
     if (requested !== undefined && requested.length > 0) return requested
-    // SPEC.md §3.2: a project's single key is assigned automatically.
-    const keys = await storage.listKeys(project)
+    // SPEC.md §3.2: a project's single key is assigned automatically. Two
+    // keys read tell one from several, however many the project has.
+    const keys = (await storage.listKeysPage(project, { limit: 2 })).items
     if (keys.length === 1) return [keys[0].id]
     throw new BadRequestError(keys.length === 0
       ? 'keyIds: the project has no API key yet; create one first'
       : 'keyIds: choose at least one key; the project has several')
   }
 
+  /**
+   * `Link: <…>; rel="next"` (RFC 8288, as GitHub's API pages): this
+   * request's URL with the next page's cursor, on the address `job_url` uses.
+   */
+  function nextPageLink (request: FastifyRequest, next: string): string {
+    const url = new URL(request.url, 'http://localhost')
+    url.searchParams.set('after', next)
+    return `<${options.baseUrl ?? `${request.protocol}://${hostOf(request)}`}${url.pathname}${url.search}>; rel="next"`
+  }
+
   app.get('/:organization/:project/keys', {
-    schema: { params: ProjectParams, response: { 200: Type.Array(ApiKey), ...errors(400, 403) } }
-  }, async (request) => {
+    schema: { params: ProjectParams, querystring: KeysQuerystring, response: { 200: Type.Array(ApiKey, { headers: NextPageHeader }), ...errors(400, 403) } }
+  }, async (request, reply) => {
     await flushUsage()
-    return (await storage.listKeys(request.params)).map(keyBody)
+    const { limit, after, q } = request.query
+    if (limit === undefined && after === undefined && (q ?? '') === '') return (await storage.listKeys(request.params)).map(keyBody)
+    const page = await pageOf(() => storage.listKeysPage(request.params, {
+      limit: limit ?? WHOLE_LIST, after, search: q === '' ? undefined : q
+    }))
+    if (page.next !== null) reply.header('link', nextPageLink(request, page.next))
+    return page.items.map(keyBody)
   })
 
   app.post('/:organization/:project/keys', {
-    schema: { params: ProjectParams, body: CreateKeyBody, response: { 201: ApiKeyWithValue, ...errors(400, 403) } }
+    schema: { params: ProjectParams, querystring: NoQuerystring, body: CreateKeyBody, response: { 201: ApiKeyWithValue, ...errors(400, 403) } }
   }, async (request, reply) => {
     const { organization, project } = request.params
     const { purpose, isActive = true } = request.body
@@ -252,7 +310,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   })
 
   app.patch('/:organization/:project/keys/:keyId', {
-    schema: { params: KeyParams, body: UpdateKeyBody, response: { 200: ApiKey, ...errors(400, 403, 404) } }
+    schema: { params: KeyParams, querystring: NoQuerystring, body: UpdateKeyBody, response: { 200: ApiKey, ...errors(400, 403, 404) } }
   }, async (request, reply) => {
     const { keyId, ...project } = request.params
     const { expiresAt, ...rest } = request.body
@@ -264,7 +322,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   })
 
   app.delete('/:organization/:project/keys/:keyId', {
-    schema: { params: KeyParams, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
+    schema: { params: KeyParams, querystring: NoQuerystring, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
   }, async (request, reply) => {
     const { keyId, ...project } = request.params
     if (!await storage.deleteKey(project, keyId, await auditOf(request))) throw new KeyNotFoundError()
@@ -272,7 +330,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   })
 
   app.post('/:organization/:project/keys/:keyId/regenerate', {
-    schema: { params: KeyParams, response: { 200: ApiKeyWithValue, ...errors(400, 403, 404) } }
+    schema: { params: KeyParams, querystring: NoQuerystring, response: { 200: ApiKeyWithValue, ...errors(400, 403, 404) } }
   }, async (request, reply) => {
     const { keyId, ...project } = request.params
     if (await storage.getKey(project, keyId) === null) throw new KeyNotFoundError()
@@ -321,20 +379,34 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   })
 
   app.get('/:organization/:project/endpoints', {
-    schema: { params: ProjectParams, response: { 200: Type.Array(Endpoint), ...errors(400, 403) } }
-  }, async (request) => {
+    schema: { params: ProjectParams, querystring: EndpointsQuerystring, response: { 200: Type.Array(Endpoint, { headers: NextPageHeader }), ...errors(400, 403) } }
+  }, async (request, reply) => {
     await flushUsage()
-    const [endpoints, names] = await Promise.all([storage.listEndpoints(request.params), resourceNames(request, request.params)])
-    return endpoints.map((e) => endpointBody(e, names.get(placeOf(e))))
+    const { limit, after, q, keyId } = request.query
+    const search = q === '' ? undefined : q
+    if (limit === undefined && after === undefined && search === undefined && keyId === undefined) {
+      const [endpoints, names] = await Promise.all([storage.listEndpoints(request.params), resourceNames(request, request.params)])
+      return endpoints.map((e) => endpointBody(e, names.get(placeOf(e))))
+    }
+    // A search matches the host's names too: the places of the names that hold it.
+    const names = await resourceNames(request, request.params)
+    const text = search === undefined ? '' : foldSearch(search)
+    const searchPlaces = search === undefined ? undefined : [...names].filter(([, name]) => foldSearch(name).includes(text)).map(([place]) => placeFrom(place))
+    const page = await pageOf(() => storage.listEndpointsPage(request.params, {
+      limit: limit ?? WHOLE_LIST, after, search, searchPlaces, keyId
+    }))
+    if (page.next !== null) reply.header('link', nextPageLink(request, page.next))
+    return page.items.map((e) => endpointBody(e, names.get(placeOf(e))))
   })
 
   app.get('/:organization/:project/resources', {
-    schema: { params: ProjectParams, response: { 200: ResourcesAnswer, ...errors(400, 403) } }
+    schema: { params: ProjectParams, querystring: NoQuerystring, response: { 200: ResourcesAnswer, ...errors(400, 403) } }
   }, async (request) => ({ items: await resourcesOf(request.params) }))
 
   app.put('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
     schema: {
       params: EndpointParams,
+      querystring: NoQuerystring,
       body: PutEndpointBody,
       response: { 200: Endpoint, 201: Endpoint, ...errors(400, 403, 404) }
     },
@@ -352,9 +424,40 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   })
 
   app.delete('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence', {
-    schema: { params: EndpointParams, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
+    schema: { params: EndpointParams, querystring: NoQuerystring, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
   }, async (request, reply) => {
     if (!await storage.deleteEndpoint(locatorOf(request.params), await auditOf(request))) throw new EndpointNotFoundError()
     return reply.code(204).send(null)
+  })
+
+  // One key on or off an endpoint without sending its whole list: what a
+  // rotation or an integration script does, and at any size of list. As for a
+  // PUT, the answer is made before the change commits.
+  app.post('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence/keys/:keyId', {
+    schema: { params: EndpointKeyParams, querystring: NoQuerystring, response: { 200: Endpoint, ...errors(400, 403, 404) } }
+  }, async (request, reply) => {
+    const { keyId, ...where } = request.params
+    const locator = locatorOf(where)
+    // As a PUT: no access is granted to a dataset or pipeline the host no longer has.
+    const resourceName = await requireResource(locator)
+    let answer: string | undefined
+    const result = await storage.addEndpointKey(locator, keyId, await auditOf(request),
+      (endpoint) => { answer = answerText(reply, 200, Endpoint, endpointBody(endpoint, resourceName)) })
+    refuseEndpointKeyChange(result)
+    return sendAnswer(reply, answer)
+  })
+
+  app.delete('/:organization/:project/endpoints/:modelSequence/:type/:resourceSequence/keys/:keyId', {
+    schema: { params: EndpointKeyParams, querystring: NoQuerystring, response: { 200: Endpoint, ...errors(400, 403, 404) } }
+  }, async (request, reply) => {
+    const { keyId, ...where } = request.params
+    const locator = locatorOf(where)
+    // Access is taken away whether or not the host still has the resource; its name, when it has.
+    const resourceName = await resourceNameOf(locator)
+    let answer: string | undefined
+    const result = await storage.removeEndpointKey(locator, keyId, await auditOf(request),
+      (endpoint) => { answer = answerText(reply, 200, Endpoint, endpointBody(endpoint, resourceName)) })
+    refuseEndpointKeyChange(result)
+    return sendAnswer(reply, answer)
   })
 }

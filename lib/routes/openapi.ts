@@ -6,6 +6,7 @@ import type { PluginContext } from './context.js'
 import { sendError } from './error-reply.js'
 import { requireManageApiKeys } from './management-routes.js'
 import type { ResolvedOptions } from '../options.js'
+import { MAX_ENDPOINT_KEYS } from '../storage/storage.js'
 import {
   DataRouteParams, DatasetQuery, DatasetHeaders, DatasetResponses, JobParams, JobResponses, PipelineHeaders, PipelineResponses
 } from './schemas.js'
@@ -90,7 +91,11 @@ const errorBody = (description: string): ReturnType<typeof Type.Object> =>
 const KEY_404 = '`API key not found` (no such key in this project)'
 const EXPIRY_400 = '`body.expiresAt: must be in the future`, `body.expiresAt: must be no later than <time> (maxKeyLifetime)`, ' +
   '`body.expiresAt: must be set, no later than <time> (maxKeyLifetime)`'
-const MONIKER_400 = 'a malformed organization, project or id; the message names it'
+const MONIKER_400 = 'a malformed organization, project or id, or an unknown query parameter (`querystring: unknown field "<name>"`); ' +
+  'the message names it'
+const LIST_400 = '`limit` not an integer from 1 to 500 in plain digits, `after` not from a `Link` header of this list ' +
+  '(`querystring.after: not a cursor of this list; follow the Link header\'s rel="next" URL`), an unknown parameter, ' +
+  'or a malformed organization or project; the message names it'
 
 // Fastify's own answers to a body it cannot read, on every route that reads
 // one (all but GET, HEAD and TRACE): their messages, quoted from Fastify.
@@ -111,9 +116,9 @@ interface ManagementDoc {
 /** Summaries and answers of the management routes, by method and path under the prefix. */
 const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
   'GET /:organization/:project/keys': {
-    summary: 'List the project\'s API keys (never their values)',
-    ok: 'the keys; `updatedAt` is the last successful authentication (null before)',
-    400: MONIKER_400
+    summary: 'List the project\'s API keys (never their values), oldest first; in pages with `limit`, searched with `q`',
+    ok: 'the keys, or a page of them: a `Link` header gives the next page\'s URL; `updatedAt` is the last successful authentication (null before)',
+    400: LIST_400
   },
   'POST /:organization/:project/keys': {
     summary: 'Create an API key; its value is in this answer only',
@@ -154,7 +159,9 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
     400: MONIKER_400
   },
   'GET /:organization/:project/endpoints': {
-    summary: 'List the project\'s endpoints with their keys and calls', ok: 'the endpoints', 400: MONIKER_400
+    summary: 'List the project\'s endpoints with their keys and calls; in pages with `limit`, searched with `q`, one key\'s with `keyId`',
+    ok: 'the endpoints, or a page of them: a `Link` header gives the next page\'s URL',
+    400: LIST_400
   },
   'PUT /:organization/:project/endpoints/:modelSequence/:type/:resourceSequence': {
     summary: 'Create an endpoint or replace its keys; the path stays the same',
@@ -165,6 +172,18 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
   },
   'DELETE /:organization/:project/endpoints/:modelSequence/:type/:resourceSequence': {
     summary: 'Delete an endpoint; the dataset or pipeline stays', ok: 'deleted', 400: MONIKER_400, 404: '`Endpoint not found`'
+  },
+  'POST /:organization/:project/endpoints/:modelSequence/:type/:resourceSequence/keys/:keyId': {
+    summary: 'Assign one more key to an endpoint, without sending its list',
+    ok: 'the endpoint with the key (unchanged when it had it already)',
+    400: `\`keyId: the endpoint has ${MAX_ENDPOINT_KEYS} keys, the most it holds; remove one first\`, or a bad parameter`,
+    404: '`Endpoint not found`, `API key not found` (not a key of this project), or `Dataset not found` / `Pipeline not found`: the host has no such resource'
+  },
+  'DELETE /:organization/:project/endpoints/:modelSequence/:type/:resourceSequence/keys/:keyId': {
+    summary: 'Take one key off an endpoint, without sending its list; never its last',
+    ok: 'the endpoint without the key (unchanged when it did not have it)',
+    400: '`keyId: the endpoint\'s last key; assign another first, or delete the endpoint`, or a bad parameter',
+    404: '`Endpoint not found`, or `API key not found` (not a key of this project)'
   }
 }
 

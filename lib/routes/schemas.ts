@@ -4,7 +4,7 @@ import {
   VerificationBusyError
 } from '../errors.js'
 import { FORMAT_NAMES } from '../formats/types.js'
-import { AUDIT_ACTIONS, USAGE_OUTCOMES } from '../storage/storage.js'
+import { AUDIT_ACTIONS, MAX_ENDPOINT_KEYS, USAGE_OUTCOMES } from '../storage/storage.js'
 
 // TypeBox schemas of the management API (DESIGN.md §4). The same schemas
 // validate requests, serialise responses and feed the OpenAPI document.
@@ -43,6 +43,9 @@ const Purpose = Type.String({ minLength: 1, maxLength: 200, pattern: PURPOSE_PAT
 // An audit entry's id: a positive integer, as storage numbers them.
 const AUDIT_ID_PATTERN = '^[1-9][0-9]{0,17}$'
 
+// Items per page of a list, as the audit log's.
+export const MAX_PAGE_LIMIT = 500
+
 /**
  * What a value failing each pattern must be. 400 messages say this instead
  * of quoting the regular expression (error-reply.ts).
@@ -73,6 +76,47 @@ export const EndpointParams = Type.Object({
   resourceSequence: Sequence
 })
 
+export const EndpointKeyParams = Type.Object({
+  ...EndpointParams.properties,
+  keyId: KeyParams.properties.keyId
+})
+
+/** The query of a route that takes none: an unknown parameter is a 400 that names it, not ignored. */
+export const NoQuerystring = Type.Object({}, { additionalProperties: false })
+
+const ListLimit = Type.Integer({
+  minimum: 1,
+  maximum: MAX_PAGE_LIMIT,
+  description: `items per page, 1 to ${MAX_PAGE_LIMIT}; the next page is the \`Link: <…>; rel="next"\` header's URL. ` +
+    'Without it the whole list in one answer: past 1,000 items, page'
+})
+const ListAfter = Type.String({
+  minLength: 1,
+  maxLength: 1000,
+  description: 'where the page starts: set by the `rel="next"` URL of the page before; not to be made by hand'
+})
+
+export const KeysQuerystring = Type.Object({
+  limit: Type.Optional(ListLimit),
+  after: Type.Optional(ListAfter),
+  q: Type.Optional(Type.String({ maxLength: 200, description: 'only the keys whose prefix or purpose contains this text; A-Z match either case' }))
+}, { additionalProperties: false })
+
+export const EndpointsQuerystring = Type.Object({
+  limit: Type.Optional(ListLimit),
+  after: Type.Optional(ListAfter),
+  q: Type.Optional(Type.String({
+    maxLength: 200,
+    description: 'only the endpoints whose path, or the host\'s name of whose resource, contains this text; A-Z match either case'
+  })),
+  keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only the endpoints this key is assigned to' }))
+}, { additionalProperties: false })
+
+/** The header of a list answer that has a next page (RFC 8288). */
+export const NextPageHeader = {
+  link: Type.String({ description: '`<URL of the next page>; rel="next"`, only when more items follow' })
+}
+
 // When a key stops working: an ISO 8601 date-time with its offset, in the
 // future (checked by the route), or null for never.
 const ExpiresAt = Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
@@ -92,7 +136,7 @@ export const UpdateKeyBody = Type.Object({
 }, { additionalProperties: false })
 
 export const PutEndpointBody = Type.Object({
-  keyIds: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 1000 }))
+  keyIds: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: MAX_ENDPOINT_KEYS }))
 }, { additionalProperties: false })
 
 export const ApiKey = Type.Object({

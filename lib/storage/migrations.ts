@@ -40,6 +40,14 @@ export const SHARED_MIGRATIONS: readonly Migration[] = [
         pg: `UPDATE api_keys SET expires_at = '${new Date(LATEST_TIMESTAMP).toISOString()}' WHERE expires_at > '${new Date(LATEST_TIMESTAMP).toISOString()}';`
       }
     }]
+  },
+  {
+    why: 'A project\'s keys in their order (issue 18): a page of them is read from where the last ended, ' +
+      'with no sort of the project\'s keys; the index it replaces was its first two columns',
+    steps: [
+      { createIndex: { table: 'api_keys', name: 'api_keys_project_order', columns: ['organization', 'project', 'created_at', 'id'] } },
+      { sql: { sqlite: 'DROP INDEX api_keys_project;', pg: 'DROP INDEX api_keys_project;' } }
+    ]
   }
 ]
 

@@ -6,8 +6,10 @@ import {
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
-  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
+  InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery
 } from './storage.js'
+import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
 import { endpointPath } from './endpoint-path.js'
 import { dailyCounts } from './usage-buckets.js'
@@ -150,6 +152,18 @@ export const MIGRATIONS: readonly string[] = [
   ...migrationsFor('pg')
 ]
 
+// A key cursor's creation time, as listKeysPage writes it (to the microsecond).
+const CURSOR_TIME = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.\d{6}Z$/
+
+/** Whether `text` is a time as listKeysPage writes them, and a real one: PostgreSQL refuses 2030-02-30. */
+function isCursorTime (text: string): boolean {
+  const parts = CURSOR_TIME.exec(text)?.slice(1).map(Number)
+  if (parts === undefined) return false
+  const [year, month, day, hour, minute, second] = parts
+  const at = new Date(Date.UTC(year, month - 1, day, hour, minute, second))
+  return at.getUTCFullYear() === year && at.getUTCMonth() === month - 1 && at.getUTCDate() === day &&
+    at.getUTCHours() === hour && at.getUTCMinutes() === minute && at.getUTCSeconds() === second
+}
 // First key of the two-key advisory lock taken while migrating; the second is the schema's hash.
 const MIGRATION_LOCK = 0x46444521
 // First key of the advisory lock a key's deletion takes on each endpoint it leaves; the second is the endpoint id's hash.
@@ -277,6 +291,8 @@ export class PgStorage implements Storage {
   private readonly ownPool: boolean
   private readonly queryTimeout: number
   private readonly sql
+  private readonly t: (table: string) => string
+  private readonly endpointSelect: string
   private readonly lookupName: string
   private migrated: Promise<void> | null = null
   private lastPurge = 0
@@ -334,6 +350,8 @@ export class PgStorage implements Storage {
                     FROM ${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id
                    WHERE ek.endpoint_id = e.id), '[]') AS keys
        FROM ${t('endpoints')} e`
+    this.t = t
+    this.endpointSelect = endpointSelect
     this.sql = {
       lookup: `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at
                  FROM ${t('endpoints')} e
@@ -386,6 +404,7 @@ export class PgStorage implements Storage {
       // written, without waiting for a usage flush that touches updated_at.
       projectKeys: `SELECT id FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = ANY ($3::text[])
                     FOR KEY SHARE`,
+      unassign: `DELETE FROM ${t('endpoint_keys')} WHERE endpoint_id = $1 AND key_id = $2`,
       lockEndpoint: `SELECT e.id FROM ${t('endpoints')} e WHERE ${locatorMatch} FOR UPDATE`,
       insertEndpoint: `INSERT INTO ${t('endpoints')} (id, organization, project, model_sequence, type, resource_sequence, created_at)
                        VALUES ($6, $1, $2, $3, $4, $5, now()) ON CONFLICT DO NOTHING RETURNING id`,
@@ -583,6 +602,29 @@ export class PgStorage implements Storage {
     return (await this.run<KeyRow>(this.sql.listKeys, [project.organization, project.project])).rows.map(toKey)
   }
 
+  async listKeysPage (project: ProjectRef, query: ListQuery): Promise<ListPage<ApiKeyRecord>> {
+    // A cursor holds the creation time to the microsecond, as PostgreSQL keeps it.
+    const after = query.after === undefined ? undefined : decodeCursor(query.after, ['string', 'string'])
+    if (after !== undefined && !isCursorTime(after[0] as string)) throw new InvalidCursorError()
+    if (hasNul(project.organization, project.project, query.search ?? '')) return { items: [], next: null }
+    const params: unknown[] = [project.organization, project.project, query.limit + 1]
+    const where = ['organization = $1', 'project = $2']
+    if (after !== undefined) {
+      params.push(after[0], after[1])
+      where.push(`(created_at, id) > ($${params.length - 1}::timestamptz, $${params.length}::text)`)
+    }
+    if (query.search !== undefined) {
+      params.push(foldSearch(query.search))
+      where.push(`(strpos(lower(prefix COLLATE "C"), $${params.length}) > 0 OR strpos(lower(purpose COLLATE "C"), $${params.length}) > 0)`)
+    }
+    const { rows } = await this.run<KeyRow & { cursor_at: string }>(
+      `SELECT id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at,
+              to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS cursor_at
+         FROM ${this.t('api_keys')} WHERE ${where.join(' AND ')} ORDER BY created_at, id LIMIT $3`, params)
+    const last = rows.length > query.limit ? rows[query.limit - 1] : undefined
+    return { items: rows.slice(0, query.limit).map(toKey), next: last === undefined ? null : encodeCursor([last.cursor_at, last.id]) }
+  }
+
   async getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null> {
     if (hasNul(project.organization, project.project, keyId)) return null
     const { rows } = await this.run<KeyRow>(this.sql.getKey, [project.organization, project.project, keyId])
@@ -696,6 +738,33 @@ export class PgStorage implements Storage {
     return (await this.run<EndpointRow>(this.sql.listEndpoints, [project.organization, project.project])).rows.map(toEndpoint)
   }
 
+  async listEndpointsPage (project: ProjectRef, query: EndpointListQuery): Promise<ListPage<EndpointRecord>> {
+    const after = query.after === undefined ? undefined : decodeCursor(query.after, ['integer', 'string', 'integer'])
+    if (hasNul(project.organization, project.project, query.search ?? '', query.keyId ?? '')) return { items: [], next: null }
+    const params: unknown[] = [project.organization, project.project, query.limit + 1]
+    const where = ['e.organization = $1', 'e.project = $2']
+    const next = (value: unknown): string => `$${params.push(value)}`
+    if (after !== undefined) {
+      where.push(`(e.model_sequence, e.type, e.resource_sequence) > (${next(after[0])}::bigint, ${next(after[1])}::text, ${next(after[2])}::bigint)`)
+    }
+    if (query.keyId !== undefined) {
+      where.push(`e.id IN (SELECT endpoint_id FROM ${this.t('endpoint_keys')} WHERE key_id = ${next(query.keyId)})`)
+    }
+    if (query.search !== undefined) {
+      const path = "'/api/' || e.organization || '/' || e.project || '/model/' || e.model_sequence || '/' || e.type || '/' || e.resource_sequence"
+      const places = query.searchPlaces ?? []
+      where.push(`(strpos(lower((${path}) COLLATE "C"), ${next(foldSearch(query.search))}) > 0` + (places.length === 0
+        ? ')'
+        : ` OR (e.type, e.model_sequence, e.resource_sequence) IN (SELECT * FROM unnest(${next(places.map((p) => p.type))}::text[],
+              ${next(places.map((p) => p.modelSequence))}::bigint[], ${next(places.map((p) => p.resourceSequence))}::bigint[])))`))
+    }
+    const { rows } = await this.run<EndpointRow>(`${this.endpointSelect} WHERE ${where.join(' AND ')}
+      ORDER BY e.model_sequence, e.type, e.resource_sequence LIMIT $3`, params)
+    const items = rows.slice(0, query.limit).map(toEndpoint)
+    const last = rows.length > query.limit ? items[items.length - 1] : undefined
+    return { items, next: last === undefined ? null : encodeCursor([last.modelSequence, last.type, last.resourceSequence]) }
+  }
+
   async getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null> {
     if (hasNul(locator.organization, locator.project, locator.type)) return null
     const { rows } = await this.run<EndpointRow>(this.sql.getEndpoint, locatorParams(locator))
@@ -739,6 +808,47 @@ export class PgStorage implements Storage {
       const endpoint = toEndpoint(rows[0])
       beforeCommit?.(endpoint, created)
       return { ok: true, created, endpoint }
+    })
+  }
+
+  async addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'add', beforeCommit)
+  }
+
+  async removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'remove', beforeCommit)
+  }
+
+  /**
+   * One key on or off an endpoint: the endpoint locked, the key kept from
+   * deletion (KEY SHARE, as putEndpoint), that endpoint's assignments read.
+   */
+  private async changeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext, change: 'add' | 'remove',
+    beforeCommit: BeforeCommit<EndpointRecord> | undefined): Promise<EndpointKeyResult> {
+    if (hasNul(locator.organization, locator.project, locator.type)) return { ok: false, problem: 'no_endpoint' }
+    await this.migrate()
+    const where = locatorParams(locator)
+    return this.transaction(async (client): Promise<EndpointKeyResult> => {
+      const endpointId = (await this.query<{ id: string }>(client, this.sql.lockEndpoint, where)).rows[0]?.id
+      if (endpointId === undefined) return { ok: false, problem: 'no_endpoint' }
+      if (hasNul(keyId)) return { ok: false, problem: 'no_key' }
+      const known = await this.query(client, this.sql.projectKeys, [locator.organization, locator.project, [keyId]])
+      if (known.rowCount === 0) return { ok: false, problem: 'no_key' }
+      const before = (await this.query<{ key_id: string }>(client, this.sql.endpointKeyIds, [endpointId])).rows.map((r) => r.key_id)
+      const changed = before.includes(keyId) !== (change === 'add')
+      if (changed && change === 'add' && before.length >= MAX_ENDPOINT_KEYS) return { ok: false, problem: 'full' }
+      if (changed && change === 'remove' && before.length === 1) return { ok: false, problem: 'last_key' }
+      if (changed) {
+        if (change === 'add') await this.query(client, this.sql.assign, [endpointId, [keyId]])
+        else await this.query(client, this.sql.unassign, [endpointId, keyId])
+        const after = change === 'add' ? [...before, keyId] : before.filter((id) => id !== keyId)
+        await this.audit(client, locator, audit, 'endpoint.updated', endpointPath(locator), keyIdChanges(before, after), { endpointId })
+      }
+      const record = toEndpoint((await this.query<EndpointRow>(client, this.sql.getEndpoint, where)).rows[0])
+      beforeCommit?.(record)
+      return { ok: true, changed, endpoint: record }
     })
   }
 

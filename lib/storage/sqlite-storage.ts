@@ -6,8 +6,10 @@ import {
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
-  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit
+  type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
+  MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery
 } from './storage.js'
+import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
 import { endpointPath } from './endpoint-path.js'
 import { keyChanges, keyIdChanges } from './audit-changes.js'
 import { dailyCounts } from './usage-buckets.js'
@@ -162,6 +164,8 @@ interface AuditRow {
   changes: string
 }
 
+type EndpointKeyRow = EndpointKeySummary & { endpoint_id: string, is_active: number }
+
 interface EndpointRow {
   id: string
   organization: string
@@ -175,6 +179,8 @@ interface EndpointRow {
 
 const KEY_COLUMNS = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at'
 const ENDPOINT_COLUMNS = 'id, organization, project, model_sequence, type, resource_sequence, calls, created_at'
+// An endpoint's path (endpointPath) in SQL, to search it.
+const ENDPOINT_PATH = "'/api/' || organization || '/' || project || '/model/' || model_sequence || '/' || type || '/' || resource_sequence"
 const LOCATOR_MATCH = 'organization = ? AND project = ? AND model_sequence = ? AND type = ? AND resource_sequence = ?'
 
 function toKey (row: KeyRow): ApiKeyRecord {
@@ -210,6 +216,15 @@ interface EndpointUsageSelect {
  * time and merged by start (mergeByStart): one query over all of them sorted
  * every row of the answer in a temporary B-tree, which was half its time.
  */
+/** The project's endpoints (or the one asked for) that have buckets of a key in a range, by id. */
+function keyUsageEndpoints (table: 'usage_hourly' | 'usage_daily'): string {
+  return `SELECT id FROM endpoints e WHERE organization = @organization AND project = @project
+            AND (@endpoint_id IS NULL OR id = @endpoint_id)
+            AND EXISTS (SELECT 1 FROM ${table} u INDEXED BY ${table}_key
+                         WHERE u.key_id = @key_id AND u.endpoint_id = e.id AND u.start >= @from AND u.start < @to)
+          ORDER BY id`
+}
+
 function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily', byKey: boolean): string {
   // The key as the rowid of its api_keys row and the outcome as its index in
   // USAGE_OUTCOMES, both numbers: texts would be made anew for every row,
@@ -318,6 +333,61 @@ async function mergeByStart (
   return rows
 }
 
+/** The SQL and parameters of one page of a list: only the conditions the query uses, so each variant is planned for itself. */
+interface PageSelect {
+  sql: string
+  params: Record<string, string | number>
+}
+
+/** The SQL of a page of keys (the filters it uses) and its parameters. */
+function keysPageSelect (project: ProjectRef, query: ListQuery): PageSelect {
+  const where = ['organization = @organization', 'project = @project']
+  const params: Record<string, string | number> = { organization: project.organization, project: project.project, limit: query.limit + 1 }
+  if (query.after !== undefined) {
+    const [createdAt, id] = decodeCursor(query.after, ['integer', 'string'])
+    where.push('(created_at, id) > (@after_created, @after_id)')
+    Object.assign(params, { after_created: createdAt, after_id: id })
+  }
+  if (query.search !== undefined) {
+    where.push('(instr(lower(prefix), @search) > 0 OR instr(lower(purpose), @search) > 0)')
+    params.search = foldSearch(query.search)
+  }
+  return {
+    sql: `SELECT ${KEY_COLUMNS} FROM api_keys INDEXED BY api_keys_project_order
+           WHERE ${where.join(' AND ')} ORDER BY created_at, id LIMIT @limit`,
+    params
+  }
+}
+
+/** The SQL of a page of endpoints (the filters it uses) and its parameters. */
+function endpointsPageSelect (project: ProjectRef, query: EndpointListQuery): PageSelect {
+  const where = ['organization = @organization', 'project = @project']
+  const params: Record<string, string | number> = { organization: project.organization, project: project.project, limit: query.limit + 1 }
+  if (query.after !== undefined) {
+    const [modelSequence, type, resourceSequence] = decodeCursor(query.after, ['integer', 'string', 'integer'])
+    where.push('(model_sequence, type, resource_sequence) > (@after_model, @after_type, @after_resource)')
+    Object.assign(params, { after_model: modelSequence, after_type: type, after_resource: resourceSequence })
+  }
+  if (query.keyId !== undefined) {
+    where.push('id IN (SELECT endpoint_id FROM endpoint_keys WHERE key_id = @key_id)')
+    params.key_id = query.keyId
+  }
+  if (query.search !== undefined) {
+    const places = query.searchPlaces ?? []
+    where.push(`(instr(lower(${ENDPOINT_PATH}), @search) > 0` + (places.length === 0
+      ? ')'
+      : ` OR (type, model_sequence, resource_sequence) IN
+            (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(@places)))`))
+    params.search = foldSearch(query.search)
+    if (places.length > 0) params.places = JSON.stringify(places.map((p) => [p.type, p.modelSequence, p.resourceSequence]))
+  }
+  return {
+    sql: `SELECT ${ENDPOINT_COLUMNS} FROM endpoints WHERE ${where.join(' AND ')}
+           ORDER BY model_sequence, type, resource_sequence LIMIT @limit`,
+    params
+  }
+}
+
 function endpointLocator (row: EndpointRow): EndpointLocator {
   return { organization: row.organization, project: row.project, modelSequence: row.model_sequence, type: row.type, resourceSequence: row.resource_sequence }
 }
@@ -334,6 +404,7 @@ function isUniqueViolation (err: unknown): boolean {
 export class SqliteStorage implements Storage {
   readonly db: Database.Database
   private readonly statements
+  private readonly pageStatements = new Map<string, Database.Statement<Record<string, string | number>, unknown>>()
 
   constructor (options: SqliteStorageOptions) {
     this.db = new Database(options.filename)
@@ -400,12 +471,24 @@ export class SqliteStorage implements Storage {
           ORDER BY model_sequence, type, resource_sequence`),
       getEndpoint: db.prepare<[string, string, number, string, number], EndpointRow>(
         `SELECT ${ENDPOINT_COLUMNS} FROM endpoints WHERE ${LOCATOR_MATCH}`),
-      endpointKeys: db.prepare<[string, string], EndpointKeySummary & { endpoint_id: string, is_active: number }>(
+      endpointKeys: db.prepare<[string, string], EndpointKeyRow>(
         `SELECT ek.endpoint_id, k.id, k.prefix, k.purpose, k.is_active
            FROM endpoint_keys ek JOIN api_keys k ON k.id = ek.key_id
           WHERE k.organization = ? AND k.project = ? ORDER BY k.created_at, k.id`),
-      projectKeyIds: db.prepare<[string, string], { id: string }>(
-        'SELECT id FROM api_keys WHERE organization = ? AND project = ?'),
+      // The keys of some endpoints (a JSON array of ids) only: a page's, or one's.
+      keysOfEndpoints: db.prepare<[string], EndpointKeyRow>(
+        `SELECT ek.endpoint_id, k.id, k.prefix, k.purpose, k.is_active
+           FROM endpoint_keys ek JOIN api_keys k ON k.id = ek.key_id
+          WHERE ek.endpoint_id IN (SELECT value FROM json_each(?)) ORDER BY k.created_at, k.id`),
+      // Which of some key ids (a JSON array) are the project's: those only are
+      // read, each by its id (CROSS JOIN keeps that order; SQLite would
+      // otherwise guess the project's index cheaper and read every key of it).
+      projectKeyIdsIn: db.prepare<[string, string, string], { id: string }>(
+        `SELECT k.id FROM json_each(?) j CROSS JOIN api_keys k ON k.id = j.value
+          WHERE k.organization = ? AND k.project = ?`),
+      isProjectKey: db.prepare<[string, string, string], 1>(
+        'SELECT 1 FROM api_keys WHERE id = ? AND organization = ? AND project = ?').pluck(),
+      unassign: db.prepare<[string, string]>('DELETE FROM endpoint_keys WHERE endpoint_id = ? AND key_id = ?'),
       insertEndpoint: db.prepare<[string, string, string, number, string, number, number]>(
         `INSERT INTO endpoints (id, organization, project, model_sequence, type, resource_sequence, created_at)
          VALUES (?, ?, ?, ?, ?, ?, ?)`),
@@ -433,10 +516,26 @@ export class SqliteStorage implements Storage {
           WHERE organization = ? AND project = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`),
       pruneAudit: db.prepare<[number]>('DELETE FROM audit_log WHERE at < ?'),
       endpointKeyIds: db.prepare<[string], { key_id: string }>('SELECT key_id FROM endpoint_keys WHERE endpoint_id = ? ORDER BY key_id'),
+      // With a key: only the endpoints that have its buckets in the range, each
+      // found through the key index, instead of a page read per endpoint.
+      keyUsageEndpointsByHour: db.prepare<{ organization: string, project: string, endpoint_id: string | null, key_id: string, from: number, to: number }, string>(
+        keyUsageEndpoints('usage_hourly')).pluck(),
+      keyUsageEndpointsByDay: db.prepare<{ organization: string, project: string, endpoint_id: string | null, key_id: string, from: number, to: number }, string>(
+        keyUsageEndpoints('usage_daily')).pluck(),
       keyEndpoints: db.prepare<[string, string, string], EndpointRow>(
         `SELECT ${ENDPOINT_COLUMNS} FROM endpoints
           WHERE id IN (SELECT endpoint_id FROM endpoint_keys WHERE key_id = ?) AND organization = ? AND project = ? ORDER BY id`)
     }
+  }
+
+  /** The prepared statement of a page's SQL, made once per variant. */
+  private pageStatement (sql: string): Database.Statement<Record<string, string | number>, unknown> {
+    let statement = this.pageStatements.get(sql)
+    if (statement === undefined) {
+      statement = this.db.prepare<Record<string, string | number>, unknown>(sql)
+      this.pageStatements.set(sql, statement)
+    }
+    return statement
   }
 
   private migrate (): void {
@@ -477,17 +576,27 @@ export class SqliteStorage implements Storage {
     const { keyId, limit } = query
     const day = query.granularity === 'day'
     const select = keyId === undefined ? (day ? s.endpointUsageByDay : s.endpointUsageByHour) : (day ? s.keyUsageByDay : s.keyUsageByHour)
-    const endpointIds = s.usageEndpoints.all({ organization, project: project.project, endpoint_id: query.endpointId ?? null })
-    if (endpointIds.length === 0) return []
-    const keyIds = new Map(s.projectKeyRowids.all(organization, project.project))
     const from = query.from.getTime()
     const to = query.to.getTime()
+    const endpointIds = keyId === undefined
+      ? s.usageEndpoints.all({ organization, project: project.project, endpoint_id: query.endpointId ?? null })
+      : (day ? s.keyUsageEndpointsByDay : s.keyUsageEndpointsByHour)
+          .all({ organization, project: project.project, endpoint_id: query.endpointId ?? null, key_id: keyId, from, to })
+    if (endpointIds.length === 0) return []
+    // The whole project's keys are read for a whole project's history only:
+    // one key's or one endpoint's names a few keys, looked up as they come.
+    const wholeProject = keyId === undefined && query.endpointId === undefined
+    const keyIds = wholeProject ? new Map(s.projectKeyRowids.all(organization, project.project)) : new Map<number, string>()
     const endpoints = endpointIds.map((endpointId) => {
       const params = { organization, project: project.project, endpoint_id: endpointId, ...(keyId === undefined ? {} : { key_id: keyId }) }
       return new EndpointPages(endpointId, (from, to, limit) => select.all({ ...params, from, to, limit }), from, to)
     })
     // A key made while the pages were read is not in the map yet.
-    const keyIdOf = (rowid: number): string | null => keyIds.get(rowid) ?? s.keyIdByRowid.get(rowid) ?? null
+    const keyIdOf = (rowid: number): string | null => {
+      const id = keyIds.get(rowid) ?? s.keyIdByRowid.get(rowid)
+      if (id !== undefined) keyIds.set(rowid, id)
+      return id ?? null
+    }
     return await mergeByStart(endpoints, keyIdOf, limit)
   }
 
@@ -499,6 +608,14 @@ export class SqliteStorage implements Storage {
 
   async listKeys (project: ProjectRef): Promise<ApiKeyRecord[]> {
     return this.statements.listKeys.all(project.organization, project.project).map(toKey)
+  }
+
+  async listKeysPage (project: ProjectRef, query: ListQuery): Promise<ListPage<ApiKeyRecord>> {
+    const { sql, params } = keysPageSelect(project, query)
+    const rows = this.pageStatement(sql).all(params) as KeyRow[]
+    const items = rows.slice(0, query.limit).map(toKey)
+    const last = rows.length > query.limit ? rows[query.limit - 1] : undefined
+    return { items, next: last === undefined ? null : encodeCursor([last.created_at, last.id]) }
   }
 
   async getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null> {
@@ -586,9 +703,14 @@ export class SqliteStorage implements Storage {
     }).immediate()
   }
 
-  private endpointsWithKeys (project: ProjectRef, rows: EndpointRow[]): EndpointRecord[] {
+  /**
+   * Endpoint records with their keys: `keyRows` are the assignments of those
+   * endpoints (or more), in key order; by default read for these endpoints only.
+   */
+  private endpointsWithKeys (rows: EndpointRow[], keyRows?: EndpointKeyRow[]): EndpointRecord[] {
     const keysByEndpoint = new Map<string, EndpointKeySummary[]>()
-    for (const k of this.statements.endpointKeys.all(project.organization, project.project)) {
+    const assigned = keyRows ?? (rows.length === 0 ? [] : this.statements.keysOfEndpoints.all(JSON.stringify(rows.map((r) => r.id))))
+    for (const k of assigned) {
       const list = keysByEndpoint.get(k.endpoint_id) ?? []
       list.push({ id: k.id, prefix: k.prefix, purpose: k.purpose, isActive: k.is_active === 1 })
       keysByEndpoint.set(k.endpoint_id, list)
@@ -607,19 +729,31 @@ export class SqliteStorage implements Storage {
   }
 
   async listEndpoints (project: ProjectRef): Promise<EndpointRecord[]> {
-    return this.endpointsWithKeys(project, this.statements.listEndpoints.all(project.organization, project.project))
+    const { listEndpoints, endpointKeys } = this.statements
+    return this.endpointsWithKeys(listEndpoints.all(project.organization, project.project), endpointKeys.all(project.organization, project.project))
+  }
+
+  async listEndpointsPage (project: ProjectRef, query: EndpointListQuery): Promise<ListPage<EndpointRecord>> {
+    const { sql, params } = endpointsPageSelect(project, query)
+    const rows = this.pageStatement(sql).all(params) as EndpointRow[]
+    const page = rows.slice(0, query.limit)
+    const last = rows.length > query.limit ? page[page.length - 1] : undefined
+    return {
+      items: this.endpointsWithKeys(page),
+      next: last === undefined ? null : encodeCursor([last.model_sequence, last.type, last.resource_sequence])
+    }
   }
 
   async getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null> {
     const row = this.statements.getEndpoint.get(...locatorParams(locator))
-    return row === undefined ? null : this.endpointsWithKeys(locator, [row])[0]
+    return row === undefined ? null : this.endpointsWithKeys([row])[0]
   }
 
   async putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext,
     beforeCommit?: (endpoint: EndpointRecord, created: boolean) => void): Promise<PutEndpointResult> {
     const s = this.statements
     const result = this.db.transaction((): PutEndpointResult => {
-      const projectKeys = new Set(s.projectKeyIds.all(locator.organization, locator.project).map((r) => r.id))
+      const projectKeys = new Set(s.projectKeyIdsIn.all(JSON.stringify([...new Set(keyIds)]), locator.organization, locator.project).map((r) => r.id))
       const unknownKeyIds = keyIds.filter((id) => !projectKeys.has(id))
       if (unknownKeyIds.length > 0) return { ok: false, unknownKeyIds }
       let endpoint = s.getEndpoint.get(...locatorParams(locator))
@@ -638,11 +772,46 @@ export class SqliteStorage implements Storage {
         this.audit(locator, audit, created ? 'endpoint.created' : 'endpoint.updated', endpointPath(locator), changes, { endpointId })
       }
       endpoint = s.getEndpoint.get(...locatorParams(locator)) as EndpointRow
-      const record = this.endpointsWithKeys(locator, [endpoint])[0]
+      const record = this.endpointsWithKeys([endpoint])[0]
       beforeCommit?.(record, created)
       return { ok: true, created, endpoint: record }
     }).immediate()
     return result
+  }
+
+  async addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'add', beforeCommit)
+  }
+
+  async removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult> {
+    return this.changeEndpointKey(locator, keyId, audit, 'remove', beforeCommit)
+  }
+
+  /** One key on or off an endpoint, in one transaction that reads that endpoint's assignments and the key only. */
+  private changeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext, change: 'add' | 'remove',
+    beforeCommit: BeforeCommit<EndpointRecord> | undefined): EndpointKeyResult {
+    const s = this.statements
+    return this.db.transaction((): EndpointKeyResult => {
+      const endpoint = s.getEndpoint.get(...locatorParams(locator))
+      if (endpoint === undefined) return { ok: false, problem: 'no_endpoint' }
+      if (s.isProjectKey.get(keyId, locator.organization, locator.project) === undefined) return { ok: false, problem: 'no_key' }
+      const before = s.endpointKeyIds.all(endpoint.id).map((r) => r.key_id)
+      const changed = before.includes(keyId) !== (change === 'add')
+      if (changed && change === 'add' && before.length >= MAX_ENDPOINT_KEYS) return { ok: false, problem: 'full' }
+      if (changed && change === 'remove' && before.length === 1) return { ok: false, problem: 'last_key' }
+      if (changed) {
+        if (change === 'add') s.assign.run(endpoint.id, keyId)
+        else s.unassign.run(endpoint.id, keyId)
+        const after = change === 'add' ? [...before, keyId] : before.filter((id) => id !== keyId)
+        this.audit(locator, audit, 'endpoint.updated', endpointPath(locator), keyIdChanges(before, after), { endpointId: endpoint.id })
+      }
+      // The endpoint as the change leaves it, read again.
+      const record = this.endpointsWithKeys([s.getEndpoint.get(...locatorParams(locator)) as EndpointRow])[0]
+      beforeCommit?.(record)
+      return { ok: true, changed, endpoint: record }
+    }).immediate()
   }
 
   async deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean> {

@@ -167,6 +167,60 @@ export interface IdempotencyScope {
   keyId: string
 }
 
+/** The most keys one endpoint holds: what one PUT may assign, and where adding one key stops. */
+export const MAX_ENDPOINT_KEYS = 1000
+
+/** A dataset or pipeline by its place in a project, as the host names it. */
+export interface ResourcePlace {
+  type: ResourceType
+  modelSequence: number
+  resourceSequence: number
+}
+
+/** A page of a project's keys or endpoints, in the list's order. */
+export interface ListQuery {
+  /** at most this many items */
+  limit: number
+  /** only the items after this cursor: the `next` of an earlier page; `InvalidCursorError` when it is not one */
+  after?: string
+  /**
+   * only the items whose text (see each list) contains this; letters A-Z
+   * match in either case, every other character only itself
+   */
+  search?: string
+}
+
+export interface EndpointListQuery extends ListQuery {
+  /** with `search`: the endpoints at these places match too (the route finds them by the host's names) */
+  searchPlaces?: readonly ResourcePlace[]
+  /** only the endpoints this key is assigned to */
+  keyId?: string
+}
+
+export interface ListPage<T> {
+  items: T[]
+  /** the `after` of the next page; null when no item follows */
+  next: string | null
+}
+
+/** Thrown by the paged lists for an `after` that no page of theirs gave. */
+export class InvalidCursorError extends Error {
+  readonly code = 'FDE_INVALID_CURSOR'
+  constructor () {
+    super('not a cursor of this list')
+  }
+}
+
+export type EndpointKeyResult =
+  /** `changed`: false when the key was already assigned (add) or was not (remove); nothing was written then */
+  | { ok: true, changed: boolean, endpoint: EndpointRecord }
+  /**
+   * nothing was written: no endpoint there; the key is not one of the
+   * project's; the endpoint holds MAX_ENDPOINT_KEYS already (add); the key is
+   * its last (remove)
+   */
+  | { ok: false, problem: 'no_endpoint' | 'no_key' | 'full' | 'last_key' }
+
 export type PutEndpointResult =
   | { ok: true, created: boolean, endpoint: EndpointRecord }
   /** some key ids are not keys of the endpoint's project; nothing was written */
@@ -224,6 +278,12 @@ export interface Storage {
 
   /** The project's keys, oldest first. */
   listKeys (project: ProjectRef): Promise<ApiKeyRecord[]>
+  /**
+   * A page of the project's keys in listKeys' order; `search` looks in the
+   * prefix and the purpose. Reads only the page's rows (and, with `search`,
+   * the rows it passes over), however many keys the project has.
+   */
+  listKeysPage (project: ProjectRef, query: ListQuery): Promise<ListPage<ApiKeyRecord>>
   getKey (project: ProjectRef, keyId: string): Promise<ApiKeyRecord | null>
   /** @throws PrefixTakenError */
   createKey (key: NewApiKey, audit: AuditContext, beforeCommit?: BeforeCommit<ApiKeyRecord>): Promise<ApiKeyRecord>
@@ -241,12 +301,29 @@ export interface Storage {
 
   /** The project's endpoints, by model sequence, type, then resource sequence. */
   listEndpoints (project: ProjectRef): Promise<EndpointRecord[]>
+  /**
+   * A page of the project's endpoints in listEndpoints' order, each with its
+   * keys; `search` looks in the path (`endpointPath`), and `searchPlaces`
+   * match too. Reads only the page's endpoints and their keys.
+   */
+  listEndpointsPage (project: ProjectRef, query: EndpointListQuery): Promise<ListPage<EndpointRecord>>
   getEndpoint (locator: EndpointLocator): Promise<EndpointRecord | null>
   /** Creates the endpoint or replaces its keys, all or nothing; `beforeCommit` gets the endpoint and whether it was created. */
   putEndpoint (locator: EndpointLocator, keyIds: string[], audit: AuditContext,
     beforeCommit?: (endpoint: EndpointRecord, created: boolean) => void): Promise<PutEndpointResult>
   /** Deletes an endpoint and its assignments; keys stay. */
   deleteEndpoint (locator: EndpointLocator, audit: AuditContext): Promise<boolean>
+  /**
+   * Assigns one more key to an existing endpoint, audited as `endpoint.updated`
+   * with the whole `keyIds` before and after. Reads and writes only that
+   * endpoint's rows and the key's, however large the project. `beforeCommit`
+   * gets the endpoint whenever the answer is `ok` (changed or not).
+   */
+  addEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult>
+  /** Takes one key off an endpoint, never its last; audited as addEndpointKey. */
+  removeEndpointKey (locator: EndpointLocator, keyId: string, audit: AuditContext,
+    beforeCommit?: BeforeCommit<EndpointRecord>): Promise<EndpointKeyResult>
 
   /** The project's audit entries, newest first. */
   listAudit (project: ProjectRef, query: AuditQuery): Promise<AuditEntry[]>

@@ -14,12 +14,22 @@ const CHART_HOURS = 7 * 24
 /** Keys that expire sooner than this are flagged. */
 const EXPIRY_WARNING_MS = 7 * DAY_MS
 
+/** Rows per page of the keys and endpoints tables: a project of 10,000 keys is read and drawn a page at a time. */
+const PAGE_SIZE = 25
+/** Keys the assign form offers before the user types: the first of the project, or the first matches. */
+const CHOICES = 20
+/** Usage reads in flight at once, one per row on screen: one of the browser's six connections stays free for the user's actions. */
+const USAGE_READS = 5
+
 const $ = (selector) => document.querySelector(selector)
 const project = { organization: '', project: '' }
-let keys = []
-let endpointList = []
-/** The project's usage over the charts' span, or { error } when the usage route refused. */
+/**
+ * Usage over the charts' span of the rows on screen, read per row: by key
+ * id and by endpoint id, a series or { error } when the usage route refused.
+ */
 let usage = { first: 0, byKey: new Map(), byEndpoint: new Map() }
+/** The server's clock less the browser's (from the Date header): the charts end at the server's hour. */
+let clockOffset = 0
 
 class ApiError extends Error {
   constructor (message, status) {
@@ -30,6 +40,30 @@ class ApiError extends Error {
 
 /** Calls the management API; resolves to the JSON answer, or rejects with the API's message. */
 async function call (method, path, body) {
+  return (await send(method, path, body)).data
+}
+
+/** A page of a list: its items, and the `after` of the next page (from the Link header), or null. */
+async function callPage (path, params) {
+  const query = new URLSearchParams(Object.entries(params).filter(([, value]) => value !== undefined && value !== ''))
+  const { data, res } = await send('GET', `${path}?${query}`)
+  // The Link URL is absolute, on the address the server was asked at; only its cursor is taken.
+  const link = /<([^>]*)>\s*;\s*rel="?next"?/.exec(res.headers.get('link') ?? '')
+  return { items: data, after: link === null ? null : new URL(link[1], location.href).searchParams.get('after') }
+}
+
+/** Every item of a list, following its pages (the endpoints a rotation works on). */
+async function callAll (path, params) {
+  const items = []
+  for (let after; ;) {
+    const page = await callPage(path, { ...params, limit: 500, after })
+    items.push(...page.items)
+    if (page.after === null) return items
+    after = page.after
+  }
+}
+
+async function send (method, path, body) {
   const headers = { accept: 'application/json' }
   const token = sessionStorage.getItem(TOKEN_KEY)
   if (token) headers.authorization = `Bearer ${token}`
@@ -43,13 +77,16 @@ async function call (method, path, body) {
   } catch (err) {
     throw new ApiError(`the server could not be reached (${err.message})`, 0)
   }
-  if (res.status === 204) return null
+  const date = Date.parse(res.headers.get('date') ?? '')
+  // The header has whole seconds: a server clock found ahead moves the charts' end; one behind changes nothing.
+  if (!Number.isNaN(date)) clockOffset = Math.max(0, date - Date.now())
+  if (res.status === 204) return { data: null, res }
   const data = await res.json().catch(() => null)
   if (!res.ok) {
     const message = typeof data?.message === 'string' ? data.message : `HTTP ${res.status} ${res.statusText}`
     throw new ApiError(message, res.status)
   }
-  return data
+  return { data, res }
 }
 
 /** Creates an element; `props` are DOM properties such as textContent (never markup). */
@@ -262,8 +299,8 @@ $('#edit-form').addEventListener('submit', async (event) => {
   $('#edit-dialog').close()
   if (Object.keys(patch).length === 0) return setStatus(`Key ${key.prefix}: nothing changed.`)
   await attempt('Could not edit the key', async () => {
-    await call('PATCH', `keys/${encodeURIComponent(key.id)}`, patch)
-    await load()
+    keyChanged(await call('PATCH', `keys/${encodeURIComponent(key.id)}`, patch))
+    await refreshAudit()
     setStatus(`Key ${key.prefix} saved.`)
   })
 })
@@ -292,27 +329,127 @@ function emptySeries () {
 
 const total = (values, from = 0) => values.slice(from).reduce((a, b) => a + b, 0)
 
-/** The project's requests per hour over the charts' span: one query, summed per key and per endpoint. */
-async function loadUsage () {
-  const from = hourStart(Date.now()) - (CHART_HOURS - 1) * HOUR_MS
-  const { rows } = await call('GET', `usage?granularity=hour&from=${encodeURIComponent(new Date(from).toISOString())}`)
-  // The server's clock names the newest hour: a browser clock a little
-  // behind it must not drop that hour.
-  const newest = rows.reduce((latest, row) => Math.max(latest, Date.parse(row.start)), 0)
-  const first = Math.max(from, newest - (CHART_HOURS - 1) * HOUR_MS)
-  const byKey = new Map()
-  const byEndpoint = new Map()
-  const add = (map, id, kind, hour, count) => {
-    if (!map.has(id)) map.set(id, emptySeries())
-    map.get(id)[kind][hour] += count
-  }
+/** Starts the charts anew: they end at the server's current hour. Series read before are dropped. */
+function resetUsage () {
+  dropUsageReads()
+  usage = { first: hourStart(Date.now() + clockOffset) - (CHART_HOURS - 1) * HOUR_MS, byKey: new Map(), byEndpoint: new Map() }
+}
+
+/**
+ * One row's requests per hour over the charts' span: a key's (`keyId`) or
+ * an endpoint's (`endpointId`), one call to the usage route for that row
+ * alone, however large the project.
+ */
+async function readSeries (filter, id) {
+  const from = new Date(usage.first).toISOString()
+  const { rows } = await call('GET', `usage?granularity=hour&from=${encodeURIComponent(from)}&${filter}=${encodeURIComponent(id)}`)
+  const series = emptySeries()
   for (const row of rows) {
-    const hour = (Date.parse(row.start) - first) / HOUR_MS
-    if (hour < 0 || hour >= CHART_HOURS) continue
-    add(byEndpoint, row.endpointId, kindOf(row.outcome), hour, row.count)
-    if (row.keyId !== null) add(byKey, row.keyId, kindOf(row.outcome), hour, row.count)
+    const hour = (Date.parse(row.start) - usage.first) / HOUR_MS
+    if (hour >= 0 && hour < CHART_HOURS) series[kindOf(row.outcome)][hour] += row.count
   }
-  return { first, byKey, byEndpoint }
+  return series
+}
+
+/**
+ * The usage of the rows on screen, read as they come into view (a row below
+ * the fold is read when it is scrolled to), USAGE_READS at a time; each chart
+ * is drawn in the next animation frame with those that came in with it.
+ */
+const usageQueue = []
+/** filter:id of the rows queued or being read, so a row is read once at a time */
+const usageWanted = new Set()
+let usageReads = 0
+let whenUsageIdle = []
+
+const USAGE_ROWS = {
+  keyId: { map: () => usage.byKey, redraw: (id) => redrawKeyUsage(id) },
+  endpointId: { map: () => usage.byEndpoint, redraw: (id) => redrawEndpointUsage(id) }
+}
+
+function queueUsage (filter, id) {
+  const name = `${filter}:${id}`
+  if (usageWanted.has(name)) return
+  usageWanted.add(name)
+  usageQueue.push([filter, id])
+  pumpUsage()
+}
+
+function pumpUsage () {
+  // Busy while charts are being read: assistive technology may wait for them.
+  $('#workspace').setAttribute('aria-busy', String(usageQueue.length > 0 || usageReads > 0))
+  while (usageReads < USAGE_READS && usageQueue.length > 0) {
+    const [filter, id] = usageQueue.shift()
+    const started = usage
+    usageReads++
+    readSeries(filter, id).catch((err) => ({ error: err.message })).then(async (series) => {
+      if (usage !== started) return // the project was opened again meanwhile
+      USAGE_ROWS[filter].map().set(id, series)
+      await drawnInFrame(() => USAGE_ROWS[filter].redraw(id))
+    }).finally(() => {
+      usageReads--
+      usageWanted.delete(`${filter}:${id}`)
+      pumpUsage()
+      if (usageReads === 0 && usageQueue.length === 0) {
+        $('#workspace').setAttribute('aria-busy', 'false')
+        for (const resolve of whenUsageIdle.splice(0)) resolve()
+      }
+    })
+  }
+}
+
+/** Resolves once the rows on screen have their charts (the observer has had a frame to see them). */
+async function usageSettled () {
+  for (let i = 0; i < 2; i++) await new Promise((resolve) => requestAnimationFrame(resolve))
+  await new Promise((resolve) => setTimeout(resolve, 0)) // the observer's callback runs after the frame
+  if (usageReads > 0 || usageQueue.length > 0) await new Promise((resolve) => whenUsageIdle.push(resolve))
+}
+
+// A little ahead of the fold, so a row scrolled to is usually drawn already.
+const usageObserver = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue
+    usageObserver.unobserve(entry.target)
+    queueUsage(entry.target.dataset.usageFilter, entry.target.dataset.usageId)
+  }
+}, { rootMargin: '300px 0px' })
+
+/** Has a usage cell's row read when it is on screen: when it has no series yet, or (`fresh`) always. */
+function watchUsage (td, fresh) {
+  const { usageFilter: filter, usageId: id } = td.dataset
+  if (fresh || !USAGE_ROWS[filter].map().has(id)) usageObserver.observe(td)
+}
+
+/** Watches the usage cells in `root` (a table or a row). */
+function watchRows (root, fresh) {
+  for (const td of root.querySelectorAll('td.usage')) watchUsage(td, fresh)
+}
+
+/** Forgets what rows were waiting for (a project opened anew). */
+function dropUsageReads () {
+  usageObserver.disconnect()
+  usageQueue.length = 0
+  usageWanted.clear()
+  $('#workspace').setAttribute('aria-busy', String(usageReads > 0))
+}
+
+let frameWork = []
+
+/** Runs `draw` with the others of this animation frame; resolves when it has run. */
+function drawnInFrame (draw) {
+  return new Promise((resolve) => {
+    if (frameWork.length === 0) {
+      requestAnimationFrame(() => {
+        const work = frameWork
+        frameWork = []
+        for (const [run, done] of work) {
+          run()
+          done()
+        }
+      })
+    }
+    frameWork.push([draw, resolve])
+  })
 }
 
 const SVG_NS = 'http://www.w3.org/2000/svg'
@@ -348,7 +485,13 @@ function chartSummary (subject, series, totals) {
   return parts.join('; ')
 }
 
-/** A bar per hour, scaled to the chart's busiest hour; each bar's title tells its hour and counts. */
+/**
+ * A bar per hour, scaled to the chart's busiest hour, each kind drawn as one
+ * path: a page of 50 charts made of a rect per bar was some 25,000 elements,
+ * and laying them out took most of the time to open a project. Each bar's
+ * hour and counts are told by a title on hover; those are made when the
+ * pointer first comes over the chart.
+ */
 function usageChart (subject, series) {
   const totals = series.ok.map((n, hour) => n + series.refused[hour] + series.guess[hour])
   const scale = CHART_HEIGHT / Math.max(1, ...totals)
@@ -357,32 +500,44 @@ function usageChart (subject, series) {
     role: 'img', 'aria-label': chartSummary(subject, series, totals)
   })
   // A faint line at each local midnight tells the days apart.
+  let days = ''
   for (let hour = 1; hour < CHART_HOURS; hour++) {
-    if (new Date(usage.first + hour * HOUR_MS).getHours() === 0) {
-      chart.append(svgEl('line', { class: 'day', x1: hour, x2: hour, y1: 0, y2: CHART_HEIGHT }))
-    }
+    if (new Date(usage.first + hour * HOUR_MS).getHours() === 0) days += `M${hour} 0V${CHART_HEIGHT}`
   }
+  if (days !== '') chart.append(svgEl('path', { class: 'day', d: days }))
+  const bars = Object.fromEntries(KINDS.map((kind) => [kind, '']))
   for (let hour = 0; hour < CHART_HOURS; hour++) {
-    if (totals[hour] === 0) continue
-    const parts = Object.fromEntries(KINDS.map((kind) => [kind, series[kind][hour]]))
-    const bar = svgEl('g', { class: 'bar' }, svgEl('title', {}, hourText(usage.first + hour * HOUR_MS, parts)))
     let top = CHART_HEIGHT
     for (const kind of KINDS) {
-      if (parts[kind] === 0) continue
-      const height = Math.max(MIN_PART, parts[kind] * scale)
+      if (series[kind][hour] === 0) continue
+      const height = Math.max(MIN_PART, series[kind][hour] * scale)
       top -= height
-      bar.append(svgEl('rect', { class: kind, x: hour, y: top, width: 1, height, 'data-count': parts[kind] }))
+      bars[kind] += `M${hour} ${top}h1v${height}h-1z`
     }
-    chart.append(bar)
+  }
+  for (const kind of KINDS) {
+    if (bars[kind] !== '') chart.append(svgEl('path', { class: kind, d: bars[kind], 'data-count': total(series[kind]) }))
   }
   chart.append(svgEl('line', { class: 'axis', x1: 0, x2: CHART_HOURS, y1: CHART_HEIGHT, y2: CHART_HEIGHT }))
+  chart.addEventListener('pointerenter', () => addHourTitles(chart, series, totals), { once: true })
   return chart
 }
 
-/** The usage cell of a key or an endpoint: figures, warnings, the chart. */
+/** A hover target per hour with requests, whose title tells its hour and counts. */
+function addHourTitles (chart, series, totals) {
+  const first = usage.first
+  for (let hour = 0; hour < CHART_HOURS; hour++) {
+    if (totals[hour] === 0) continue
+    const parts = Object.fromEntries(KINDS.map((kind) => [kind, series[kind][hour]]))
+    chart.append(svgEl('g', { class: 'bar' }, svgEl('title', {}, hourText(first + hour * HOUR_MS, parts)),
+      svgEl('rect', { class: 'hour', x: hour, y: 0, width: 1, height: CHART_HEIGHT })))
+  }
+}
+
+/** The usage cell of a key or an endpoint: figures, warnings, the chart; a note while it is read. */
 function usageCell (subject, series) {
-  if (usage.error !== undefined) return [el('span', { className: 'empty', textContent: `Usage not available: ${usage.error}` })]
-  series ??= emptySeries()
+  if (series === undefined) return [el('span', { className: 'empty reading', textContent: 'Reading usage…' })]
+  if (series.error !== undefined) return [el('span', { className: 'empty', textContent: `Usage not available: ${series.error}` })]
   const figures = el('p', { className: 'figures' },
     '24 h: ', el('strong', { textContent: String(total(series.ok, CHART_HOURS - 24)) }),
     ' · 7 days: ', el('strong', { textContent: String(total(series.ok)) }), ` ${KIND_WORDS.ok[1]}`)
@@ -393,6 +548,90 @@ function usageCell (subject, series) {
   if (guesses > 0) warnings.push(el('span', { className: 'guess-count', textContent: countOf(guesses, 'guess') }))
   const warningLine = warnings.length === 0 ? [] : [el('p', { className: 'figures' }, ...warnings.flatMap((w, i) => i === 0 ? [w] : [' ', w]))]
   return [figures, ...warningLine, usageChart(subject, series)]
+}
+
+// --- lists -----------------------------------------------------------------
+
+// The keys and endpoints tables show a page of their list at a time
+// (PAGE_SIZE rows), searched as the user types; the API reads only that page
+// (limit, after, q). An action redraws its own row; nothing reloads the
+// project. Each row's usage is read for that row alone, when it is on screen (watchUsage).
+
+/** A table's list: its search, the page shown, the cursor of the next page and those back to the first. */
+function newList () {
+  return { q: '', items: [], at: undefined, before: [], after: null, generation: 0 }
+}
+
+let keyList = newList()
+let endpointList = newList()
+/** Every key the page has read, id -> prefix: the audit log names keys by them. */
+const knownPrefixes = new Map()
+
+/** Search text as the API compares it: A-Z in either case, every other character as itself. */
+const fold = (text) => text.replace(/[A-Z]+/g, (letters) => letters.toLowerCase())
+const holds = (texts, q) => q === '' || texts.some((text) => fold(text).includes(fold(q)))
+
+/** Reads a page of `list` and draws it; resolves once its rows' usage is drawn too. A later read wins. */
+async function showPage (list, path, at, before, draw) {
+  const generation = ++list.generation
+  const page = await callPage(path, { limit: PAGE_SIZE, q: list.q, after: at })
+  if (generation !== list.generation) return false
+  Object.assign(list, { items: page.items, at, before, after: page.after })
+  await draw()
+  return true
+}
+
+/** The page after, or before, the one shown. */
+function turnPage (list, path, draw, forward) {
+  const before = [...list.before]
+  const at = forward ? list.after : before.pop()
+  if (forward) before.push(list.at)
+  return showPage(list, path, at, before, draw)
+}
+
+/** A list's pager: shown when there is more than one page; "Page n". */
+function renderPager (list, prefix) {
+  const pager = $(`#${prefix}-pager`)
+  const first = list.before.length === 0
+  pager.hidden = first && list.after === null
+  const focused = pager.contains(document.activeElement) ? document.activeElement : null
+  $(`#${prefix}-previous`).disabled = first
+  $(`#${prefix}-next`).disabled = list.after === null
+  $(`#${prefix}-page`).textContent = `Page ${list.before.length + 1}`
+  // A button that just became disabled keeps no focus: its neighbour takes it.
+  if (focused?.disabled === true) (first ? $(`#${prefix}-next`) : $(`#${prefix}-previous`)).focus()
+}
+
+/** Runs `search` once the user stops typing for a moment. */
+function searchAsYouType (input, search) {
+  let timer = null
+  input.addEventListener('input', () => {
+    clearTimeout(timer)
+    timer = setTimeout(search, 200)
+  })
+  input.addEventListener('keydown', (event) => {
+    if (event.key !== 'Enter') return
+    event.preventDefault() // no form submit: search now
+    clearTimeout(timer)
+    search()
+  })
+}
+
+/**
+ * Puts `row` where the row with the same data-id is, keeping the keyboard
+ * focus on the same action; `heading` takes it when the row goes away (null).
+ */
+function replaceRow (table, id, row, heading) {
+  const old = table.tBodies[0].querySelector(`tr[data-id="${CSS.escape(id)}"]`)
+  if (old === null) return
+  const hadFocus = old.contains(document.activeElement)
+  const focused = hadFocus ? document.activeElement.dataset.focus : undefined
+  if (row === null) old.remove()
+  else old.replaceWith(row)
+  if (row !== null) watchRows(row, false)
+  if (!hadFocus) return
+  const same = row === null || focused === undefined ? null : row.querySelector(`[data-focus="${CSS.escape(focused)}"]`)
+  ;(same ?? heading).focus()
 }
 
 // --- keys ------------------------------------------------------------------
@@ -431,36 +670,111 @@ function cell (label, { attrs = {}, ...props } = {}, ...children) {
   return el('td', { ...props, attrs: { ...attrs, 'data-label': label } }, ...(children.length > 0 ? [el('div', {}, ...children)] : []))
 }
 
+function keyRow (key, now = Date.now()) {
+  const [state, stateClass] = keyState(key, now)
+  return el('tr', { attrs: { 'data-id': key.id } },
+    cell('Prefix', {}, el('code', { className: 'prefix', textContent: key.prefix })),
+    cell('Purpose', { textContent: key.purpose }),
+    cell('State', { textContent: state, className: stateClass }),
+    cell('Last used', {}, lastUsed(key.updatedAt)),
+    cell('Expires', {}, ...expiryCell(key, now)),
+    cell('Usage, last 7 days', { className: 'usage', attrs: { 'data-usage-filter': 'keyId', 'data-usage-id': key.id } },
+      ...usageCell(`Key ${key.prefix}`, usage.byKey.get(key.id))),
+    cell('Actions', { className: 'actions' },
+      rowButton('Edit', `Edit key ${key.prefix}`, `${key.id}:edit`, () => editKey(key)),
+      rowButton(key.isActive ? 'Disable' : 'Enable', `${key.isActive ? 'Disable' : 'Enable'} key ${key.prefix}`,
+        `${key.id}:toggle`, () => toggleKey(key)),
+      rowButton('Rotate', `Rotate key ${key.prefix}`, `${key.id}:rotate`, () => startRotation(key)),
+      rowButton('Regenerate', `Regenerate key ${key.prefix}`, `${key.id}:regenerate`, () => regenerateKey(key)),
+      rowButton('Delete', `Delete key ${key.prefix}`, `${key.id}:delete`, () => deleteKey(key), 'danger')))
+}
+
+/** Redraws one key's usage cell, once its series is read. */
+function redrawKeyUsage (id) {
+  const key = keyList.items.find((k) => k.id === id)
+  const td = $('#keys-table').tBodies[0].querySelector(`tr[data-id="${CSS.escape(id)}"] td.usage`)
+  if (key !== undefined && td !== null) td.replaceChildren(el('div', {}, ...usageCell(`Key ${key.prefix}`, usage.byKey.get(id))))
+}
+
+/** The keys' empty note: none in the project, or none that match. */
+function renderKeysState () {
+  const none = keyList.items.length === 0
+  $('#keys-table').hidden = none
+  $('#no-keys').hidden = !none
+  $('#no-keys').textContent = keyList.q === '' ? 'No keys yet: create one above.' : `No key's prefix or purpose holds “${keyList.q}”.`
+  renderPager(keyList, 'keys')
+}
+
 function renderKeys () {
   const now = Date.now()
-  const rows = keys.map((key) => {
-    const [state, stateClass] = keyState(key, now)
-    return el('tr', {},
-      cell('Prefix', {}, el('code', { className: 'prefix', textContent: key.prefix })),
-      cell('Purpose', { textContent: key.purpose }),
-      cell('State', { textContent: state, className: stateClass }),
-      cell('Last used', {}, lastUsed(key.updatedAt)),
-      cell('Expires', {}, ...expiryCell(key, now)),
-      cell('Usage, last 7 days', { className: 'usage' }, ...usageCell(`Key ${key.prefix}`, usage.byKey?.get(key.id))),
-      cell('Actions', { className: 'actions' },
-        rowButton('Edit', `Edit key ${key.prefix}`, `${key.id}:edit`, () => editKey(key)),
-        rowButton(key.isActive ? 'Disable' : 'Enable', `${key.isActive ? 'Disable' : 'Enable'} key ${key.prefix}`,
-          `${key.id}:toggle`, () => toggleKey(key)),
-        rowButton('Rotate', `Rotate key ${key.prefix}`, `${key.id}:rotate`, () => startRotation(key)),
-        rowButton('Regenerate', `Regenerate key ${key.prefix}`, `${key.id}:regenerate`, () => regenerateKey(key)),
-        rowButton('Delete', `Delete key ${key.prefix}`, `${key.id}:delete`, () => deleteKey(key), 'danger')))
-  })
-  replaceRows($('#keys-table'), rows, $('#keys-title'))
-  $('#no-keys').hidden = keys.length > 0
-
-  // The assign form offers the same keys; checked boxes stay checked.
-  const box = $('#assign-keys')
-  const checked = new Set([...box.querySelectorAll('input:checked')].map((c) => c.value))
-  const choices = keys.map((key) => el('label', { className: 'choice' },
-    el('input', { type: 'checkbox', name: 'keyIds', value: key.id, checked: checked.has(key.id) }),
-    ` ${key.prefix} — ${key.purpose}${key.isActive ? '' : ' (disabled)'}`))
-  box.replaceChildren(box.querySelector('legend'), ...(choices.length > 0 ? choices : [el('p', { className: 'empty', textContent: 'No keys yet.' })]))
+  for (const key of keyList.items) knownPrefixes.set(key.id, key.prefix)
+  replaceRows($('#keys-table'), keyList.items.map((key) => keyRow(key, now)), $('#keys-title'))
+  renderKeysState()
 }
+
+/** Draws the page of keys; its rows' usage is read as they come on screen (`fresh`: read again). */
+async function drawKeys (fresh = false) {
+  renderKeys()
+  watchRows($('#keys-table'), fresh)
+  await usageSettled()
+}
+
+const showKeys = () => showPage(keyList, 'keys', undefined, [], drawKeys)
+
+/** A key as the API now answers it: its row, the endpoints on screen that carry it, the assign form. */
+function keyChanged (key) {
+  knownPrefixes.set(key.id, key.prefix)
+  const at = keyList.items.findIndex((k) => k.id === key.id)
+  if (at >= 0) {
+    keyList.items[at] = key
+    replaceRow($('#keys-table'), key.id, keyRow(key), $('#keys-title'))
+  }
+  const summary = { id: key.id, prefix: key.prefix, purpose: key.purpose, isActive: key.isActive }
+  for (const endpoint of endpointList.items) {
+    const i = endpoint.keys.findIndex((k) => k.id === key.id)
+    if (i < 0) continue
+    endpoint.keys[i] = summary
+    replaceRow($('#endpoints-table'), endpoint.id, endpointRow(endpoint), $('#endpoints-title'))
+  }
+  choiceChanged(key)
+}
+
+/** A key just made: shown at the end of the page when the search holds it (the list is oldest first). */
+function keyAdded (key) {
+  knownPrefixes.set(key.id, key.prefix)
+  usage.byKey.set(key.id, emptySeries()) // no request made with it yet
+  if (holds([key.prefix, key.purpose], keyList.q)) {
+    keyList.items.push(key)
+    $('#keys-table').tBodies[0].append(keyRow(key))
+    renderKeysState()
+  }
+  if (holds([key.prefix, key.purpose], assign.q) && !assign.more) {
+    assign.results.push(key)
+    renderChoices()
+  }
+}
+
+/** A key deleted: its row goes; the endpoints on screen lose it. */
+function keyRemoved (id) {
+  keyList.items = keyList.items.filter((k) => k.id !== id)
+  replaceRow($('#keys-table'), id, null, $('#keys-title'))
+  renderKeysState()
+  for (const endpoint of endpointList.items) {
+    if (!endpoint.keys.some((k) => k.id === id)) continue
+    endpoint.keys = endpoint.keys.filter((k) => k.id !== id)
+    replaceRow($('#endpoints-table'), endpoint.id, endpointRow(endpoint), $('#endpoints-title'))
+  }
+  assign.results = assign.results.filter((k) => k.id !== id)
+  assign.chosen.delete(id)
+  renderChoices()
+}
+
+searchAsYouType($('#keys-search'), () => {
+  keyList.q = $('#keys-search').value.trim()
+  attempt('Could not search the keys', () => showKeys())
+})
+$('#keys-next').addEventListener('click', () => attempt('Could not read the next page of keys', () => turnPage(keyList, 'keys', drawKeys, true)))
+$('#keys-previous').addEventListener('click', () => attempt('Could not read the page of keys', () => turnPage(keyList, 'keys', drawKeys, false)))
 
 function editKey (key) {
   editedKey = key
@@ -477,8 +791,8 @@ function editKey (key) {
 
 async function toggleKey (key) {
   await attempt(`Could not ${key.isActive ? 'disable' : 'enable'} the key`, async () => {
-    await call('PATCH', `keys/${encodeURIComponent(key.id)}`, { isActive: !key.isActive })
-    await load()
+    keyChanged(await call('PATCH', `keys/${encodeURIComponent(key.id)}`, { isActive: !key.isActive }))
+    await refreshAudit()
     setStatus(`Key ${key.prefix} ${key.isActive ? 'disabled' : 'enabled'}.`)
   })
 }
@@ -489,9 +803,11 @@ async function regenerateKey (key) {
   if (!ok) return
   await attempt('Could not regenerate the key', async () => {
     const renewed = await call('POST', `keys/${encodeURIComponent(key.id)}/regenerate`)
-    await load()
+    const { key: value, ...record } = renewed
+    keyChanged(record)
+    await refreshAudit()
     setStatus(`Key ${renewed.prefix} regenerated; its old value no longer works.`)
-    showKeyValue(`New value of key ${renewed.prefix}`, renewed.key)
+    showKeyValue(`New value of key ${renewed.prefix}`, value)
   })
 }
 
@@ -501,7 +817,8 @@ async function deleteKey (key) {
   if (!ok) return
   await attempt('Could not delete the key', async () => {
     await call('DELETE', `keys/${encodeURIComponent(key.id)}`)
-    await load()
+    keyRemoved(key.id)
+    await refreshAudit()
     setStatus(`Key ${key.prefix} deleted.`)
   })
 }
@@ -516,34 +833,118 @@ $('#create-key-form').addEventListener('submit', async (event) => {
   await attempt('Could not create the key', async () => {
     const created = await call('POST', 'keys', body)
     form.reset()
-    await load()
+    const { key: value, ...record } = created
+    keyAdded(record)
+    await refreshAudit()
     setStatus(`Key ${created.prefix} created.`)
-    showKeyValue(`New API key ${created.prefix}`, created.key)
+    showKeyValue(`New API key ${created.prefix}`, value)
   })
 })
 
 // --- endpoints -------------------------------------------------------------
 
+/** How many of an endpoint's keys its row names; the rest are counted. */
+const KEYS_NAMED = 10
+
 function endpointKeys (endpoint) {
   if (endpoint.keys.length === 0) return el('span', { className: 'empty', textContent: 'none' })
-  return el('ul', { className: 'plain' }, ...endpoint.keys.map((k) => el('li', {},
-    el('code', { textContent: k.prefix }), ` ${k.purpose}${k.isActive ? '' : ' (disabled)'}`)))
+  const named = endpoint.keys.slice(0, KEYS_NAMED)
+  const rest = endpoint.keys.length - named.length
+  return el('ul', { className: 'plain' }, ...named.map((k) => el('li', {},
+    el('code', { textContent: k.prefix }), ` ${k.purpose}${k.isActive ? '' : ' (disabled)'}`)),
+  ...(rest > 0 ? [el('li', { className: 'empty', textContent: `and ${plural(rest, 'more key', 'more keys')}` })] : []))
 }
 
-function renderEndpoints () {
-  const rows = endpointList.map((e) => el('tr', {},
+function endpointRow (e) {
+  return el('tr', { attrs: { 'data-id': e.id } },
     cell('Path', {}, ...(e.resourceName === undefined ? [] : [el('span', { className: 'resource-name', textContent: e.resourceName })]),
       el('code', { textContent: e.path })),
     cell('Method', { textContent: e.method }),
     cell('Keys', {}, endpointKeys(e)),
     cell('Calls', { textContent: String(e.calls), className: 'number' }),
-    cell('Usage, last 7 days', { className: 'usage' }, ...usageCell(`Endpoint ${e.path}`, usage.byEndpoint?.get(e.id))),
+    cell('Usage, last 7 days', { className: 'usage', attrs: { 'data-usage-filter': 'endpointId', 'data-usage-id': e.id } },
+      ...usageCell(`Endpoint ${e.path}`, usage.byEndpoint.get(e.id))),
     cell('Actions', { className: 'actions' },
       rowButton('Edit keys', `Edit keys of ${e.path}`, `${e.id}:edit`, () => editEndpoint(e)),
-      rowButton('Delete', `Delete endpoint ${e.path}`, `${e.id}:delete`, () => deleteEndpoint(e), 'danger'))))
-  replaceRows($('#endpoints-table'), rows, $('#endpoints-title'))
-  $('#no-endpoints').hidden = endpointList.length > 0
+      rowButton('Delete', `Delete endpoint ${e.path}`, `${e.id}:delete`, () => deleteEndpoint(e), 'danger')))
 }
+
+function redrawEndpointUsage (id) {
+  const endpoint = endpointList.items.find((e) => e.id === id)
+  const td = $('#endpoints-table').tBodies[0].querySelector(`tr[data-id="${CSS.escape(id)}"] td.usage`)
+  if (endpoint !== undefined && td !== null) td.replaceChildren(el('div', {}, ...usageCell(`Endpoint ${endpoint.path}`, usage.byEndpoint.get(id))))
+}
+
+function renderEndpointsState () {
+  const none = endpointList.items.length === 0
+  $('#endpoints-table').hidden = none
+  $('#no-endpoints').hidden = !none
+  $('#no-endpoints').textContent = endpointList.q === ''
+    ? 'No endpoints yet: assign keys to a dataset or pipeline above.'
+    : `No endpoint's path or name holds “${endpointList.q}”.`
+  renderPager(endpointList, 'endpoints')
+}
+
+function renderEndpoints () {
+  replaceRows($('#endpoints-table'), endpointList.items.map(endpointRow), $('#endpoints-title'))
+  renderEndpointsState()
+}
+
+async function drawEndpoints (fresh = false) {
+  renderEndpoints()
+  watchRows($('#endpoints-table'), fresh)
+  await usageSettled()
+}
+
+const showEndpoints = () => showPage(endpointList, 'endpoints', undefined, [], drawEndpoints)
+
+/** The list's order: model sequence, type, resource sequence. */
+const endpointOrder = (a, b) => a.modelSequence - b.modelSequence || (a.type < b.type ? -1 : a.type > b.type ? 1 : 0) ||
+  a.resourceSequence - b.resourceSequence
+
+/**
+ * An endpoint as the API now answers it: its row redrawn, or, for a new
+ * one that belongs on this page (the search holds it and it sorts before the
+ * next page), a row in its place.
+ */
+function endpointChanged (endpoint) {
+  const at = endpointList.items.findIndex((e) => e.id === endpoint.id)
+  if (at >= 0) {
+    endpointList.items[at] = endpoint
+    replaceRow($('#endpoints-table'), endpoint.id, endpointRow(endpoint), $('#endpoints-title'))
+    return
+  }
+  const items = endpointList.items
+  const last = items[items.length - 1]
+  const onThisPage = endpointList.after === null || (last !== undefined && endpointOrder(endpoint, last) < 0)
+  if (!onThisPage || !holds([endpoint.path, endpoint.resourceName ?? ''], endpointList.q)) return
+  const next = items.findIndex((e) => endpointOrder(endpoint, e) < 0)
+  const row = endpointRow(endpoint)
+  if (next < 0) {
+    items.push(endpoint)
+    $('#endpoints-table').tBodies[0].append(row)
+  } else {
+    $('#endpoints-table').tBodies[0].querySelector(`tr[data-id="${CSS.escape(items[next].id)}"]`).before(row)
+    items.splice(next, 0, endpoint)
+  }
+  renderEndpointsState()
+  watchRows(row, false)
+}
+
+function endpointRemoved (id) {
+  endpointList.items = endpointList.items.filter((e) => e.id !== id)
+  replaceRow($('#endpoints-table'), id, null, $('#endpoints-title'))
+  renderEndpointsState()
+}
+
+searchAsYouType($('#endpoints-search'), () => {
+  endpointList.q = $('#endpoints-search').value.trim()
+  attempt('Could not search the endpoints', () => showEndpoints())
+})
+$('#endpoints-next').addEventListener('click', () =>
+  attempt('Could not read the next page of endpoints', () => turnPage(endpointList, 'endpoints', drawEndpoints, true)))
+$('#endpoints-previous').addEventListener('click', () =>
+  attempt('Could not read the page of endpoints', () => turnPage(endpointList, 'endpoints', drawEndpoints, false)))
 
 function endpointPath (e) {
   return `endpoints/${e.modelSequence}/${e.type}/${e.resourceSequence}`
@@ -563,8 +964,8 @@ function editEndpoint (endpoint) {
   }
   fillNumbers(endpoint)
   pickResource()
-  const assigned = new Set(endpoint.keys.map((k) => k.id))
-  for (const box of form.querySelectorAll('input[name=keyIds]')) box.checked = assigned.has(box.value)
+  assign.chosen = new Map(endpoint.keys.map((k) => [k.id, k]))
+  renderChoices()
   ;(picker ? form.elements.resource : form.elements.modelSequence).focus()
   setStatus(`Editing the keys of ${endpoint.path}${nameSuffix(endpoint)}: change the ticks, then Assign keys.`)
 }
@@ -575,10 +976,61 @@ async function deleteEndpoint (endpoint) {
   if (!ok) return
   await attempt('Could not delete the endpoint', async () => {
     await call('DELETE', endpointPath(endpoint))
-    await load()
+    endpointRemoved(endpoint.id)
+    await refreshAudit()
     setStatus(`Endpoint ${endpoint.path} deleted.`)
   })
 }
+
+// --- the assign form's keys ------------------------------------------------
+
+// The keys that may call the resource: the chosen ones (ticked), and below
+// them the first CHOICES keys of the project, or of a search as the user
+// types. A project of 10,000 keys is searched, not listed.
+
+let assign = { q: '', results: [], more: false, chosen: new Map(), generation: 0 }
+
+const choiceLabel = (key) => ` ${key.prefix} — ${key.purpose}${key.isActive ? '' : ' (disabled)'}`
+
+function renderChoices () {
+  const shown = [...assign.chosen.values(), ...assign.results.filter((k) => !assign.chosen.has(k.id))]
+  const choices = shown.map((key) => el('label', { className: 'choice' },
+    el('input', { type: 'checkbox', name: 'keyIds', value: key.id, checked: assign.chosen.has(key.id) }), choiceLabel(key)))
+  const empty = assign.q === '' ? 'No keys yet.' : `No key's prefix or purpose holds “${assign.q}”.`
+  $('#assign-choices').replaceChildren(...(choices.length > 0 ? choices : [el('p', { className: 'empty', textContent: empty })]))
+  $('#assign-more').hidden = !assign.more
+  $('#assign-more').textContent = assign.more
+    ? `${assign.q === '' ? `The project's first ${CHOICES} keys` : `The first ${CHOICES} matches`} are shown: type part of a prefix or purpose to find others.`
+    : ''
+}
+
+/** A key whose fields changed, in the choices and among the chosen. */
+function choiceChanged (key) {
+  const at = assign.results.findIndex((k) => k.id === key.id)
+  if (at < 0 && !assign.chosen.has(key.id)) return
+  if (at >= 0) assign.results[at] = key
+  if (assign.chosen.has(key.id)) assign.chosen.set(key.id, key)
+  renderChoices()
+}
+
+async function searchChoices () {
+  const generation = ++assign.generation
+  const q = $('#assign-search').value.trim()
+  const page = await callPage('keys', { limit: CHOICES, q })
+  if (generation !== assign.generation) return
+  Object.assign(assign, { q, results: page.items, more: page.after !== null })
+  for (const key of page.items) knownPrefixes.set(key.id, key.prefix)
+  renderChoices()
+}
+
+searchAsYouType($('#assign-search'), () => attempt('Could not search the keys', searchChoices))
+$('#assign-choices').addEventListener('change', (event) => {
+  const box = event.target
+  if (box.name !== 'keyIds') return
+  if (!box.checked) return assign.chosen.delete(box.value)
+  const key = assign.results.find((k) => k.id === box.value)
+  if (key !== undefined) assign.chosen.set(key.id, key)
+})
 
 $('#assign-form').addEventListener('submit', async (event) => {
   event.preventDefault()
@@ -589,10 +1041,11 @@ $('#assign-form').addEventListener('submit', async (event) => {
     type: form.elements.type.value,
     resourceSequence: String(form.elements.resourceSequence.valueAsNumber)
   }
-  const keyIds = [...form.querySelectorAll('input[name=keyIds]:checked')].map((box) => box.value)
+  const keyIds = [...assign.chosen.keys()]
   await attempt('Could not assign the keys', async () => {
     const endpoint = await call('PUT', endpointPath(target), { keyIds })
-    await load()
+    endpointChanged(endpoint)
+    await refreshAudit()
     setStatus(`Endpoint ${endpoint.method} ${endpoint.path} now has ${endpoint.keys.length} key(s).`)
   })
 })
@@ -718,7 +1171,7 @@ async function startRotation (key) {
   // Read fresh: the key may have been put on an endpoint since the page loaded.
   let on = []
   const read = await attempt('Could not start the rotation', async () => {
-    on = (await call('GET', 'endpoints')).filter((e) => e.keys.some((k) => k.id === key.id))
+    on = await callAll('endpoints', { keyId: key.id })
   })
   if (!read) return
   const ok = await confirmAction(`Rotate key ${key.prefix} (${key.purpose})? A new key with the same purpose is made and added to ` +
@@ -731,6 +1184,8 @@ async function startRotation (key) {
     const from = new Date(hourStart(startedAt) - HOUR_MS).toISOString()
     const baseline = await keyCounts(key.id, from)
     const created = await call('POST', 'keys', { purpose: key.purpose })
+    const { key: value, ...record } = created
+    keyAdded(record)
     rotation = {
       old: { id: key.id, prefix: key.prefix, purpose: key.purpose },
       new: { id: created.id, prefix: created.prefix },
@@ -744,16 +1199,17 @@ async function startRotation (key) {
     saveRotation()
     renderRotation()
     checkRotation()
-    showKeyValue(`New key ${created.prefix}, replacing ${key.prefix}`, created.key)
+    showKeyValue(`New key ${created.prefix}, replacing ${key.prefix}`, value)
     await assignNewKey()
-    await load()
+    await refreshAudit()
   })
 }
 
 /**
- * Step 1: the new key goes on every endpoint the old key is on. A PUT sets
- * an endpoint's whole key list, so each is read fresh and sent back with the
- * new key added. A failure is kept on its endpoint, the others go on.
+ * Step 1: the new key goes on every endpoint the old key is on, one call
+ * each that adds it to the endpoint's keys (none is read and sent back, so
+ * a change made meanwhile is kept). A failure is kept on its endpoint, the
+ * others go on.
  */
 async function assignNewKey () {
   const run = rotation // a rotation stopped meanwhile is left alone
@@ -765,22 +1221,12 @@ async function assignNewKey () {
       renderRotation()
     }
   }
-  let current = null
-  try {
-    current = await call('GET', 'endpoints')
-  } catch (err) {
-    for (const target of todo) settle(target, 'failed', err.message)
-  }
-  for (const target of current === null ? [] : todo) {
-    const endpoint = current.find((e) => e.id === target.id)
+  for (const target of todo) {
     try {
-      if (endpoint === undefined) throw new Error('the endpoint was deleted meanwhile')
-      if (!endpoint.keys.some((k) => k.id === run.new.id)) {
-        await call('PUT', endpointPath(endpoint), { keyIds: [...endpoint.keys.map((k) => k.id), run.new.id] })
-      }
+      endpointChanged(await call('POST', `${endpointPath(target)}/keys/${encodeURIComponent(run.new.id)}`))
       settle(target, 'done')
     } catch (err) {
-      settle(target, 'failed', err.message)
+      settle(target, 'failed', err.status === 404 && err.message === 'Endpoint not found' ? 'the endpoint was deleted meanwhile' : err.message)
     }
   }
   if (run !== rotation) return
@@ -805,7 +1251,7 @@ async function checkRotation () {
     const same = watch.old !== null && KINDS.every((kind) => since[kind] === watch.old[kind])
     Object.assign(watch, { checks: watch.checks + 1, checkedAt: Date.now(), old: since, new: renewed, problem: '', steady: same ? watch.steady + 1 : 0 })
     // The tables below follow too, less often: they cost three reads.
-    if (watch.checks % TABLES_EVERY_CHECKS === 0) load().catch(() => {})
+    if (watch.checks % TABLES_EVERY_CHECKS === 0) refreshTables().catch(() => {})
   } catch (err) {
     if (checked !== rotation) return
     watch.problem = err.message
@@ -836,7 +1282,8 @@ async function removeOldKey () {
       saveRotation()
       renderRotation()
     }
-    await load()
+    keyRemoved(removing.old.id)
+    await refreshAudit()
     setStatus(`Old key ${removing.old.prefix} removed; the rotation is complete.`)
     $('#rotation-title').focus()
   })
@@ -854,19 +1301,21 @@ function stopRotation () {
 }
 $('#rotation-stop').addEventListener('click', stopRotation)
 
-/** After a reload: an endpoint left pending may or may not have the new key; the list says which. */
-function resumeRotation () {
+/** After a reload: an endpoint left pending may or may not have the new key; the new key's endpoints say which. */
+async function resumeRotation () {
   clearTimeout(checkTimer)
   rotation = readRotation()
   watch = { checks: 0, checkedAt: null, old: null, new: null, steady: 0, problem: '' }
-  if (rotation !== null) {
-    for (const target of rotation.endpoints.filter((e) => e.state === 'pending')) {
-      const endpoint = endpointList.find((e) => e.id === target.id)
-      const added = endpoint?.keys.some((k) => k.id === rotation.new.id) ?? false
-      Object.assign(target, added ? { state: 'done', message: '' } : { state: 'failed', message: 'not added: the page was left before it was' })
+  const pending = rotation?.endpoints.filter((e) => e.state === 'pending') ?? []
+  if (pending.length > 0) {
+    const run = rotation
+    const withNew = new Set((await callAll('endpoints', { keyId: run.new.id }).catch(() => [])).map((e) => e.id))
+    if (run !== rotation) return
+    for (const target of pending) {
+      Object.assign(target, withNew.has(target.id) ? { state: 'done', message: '' } : { state: 'failed', message: 'not added: the page was left before it was' })
     }
-    saveRotation()
   }
+  if (rotation !== null) saveRotation()
   renderRotation()
   if (rotation !== null) checkRotation()
 }
@@ -900,7 +1349,7 @@ function renderRotation () {
       ? []
       : [el('button', {
           type: 'button', textContent: `Try again on ${plural(failed.length, 'endpoint', 'endpoints')}`,
-          onclick: () => attempt('Could not add the new key', async () => { await assignNewKey(); await load() })
+          onclick: () => attempt('Could not add the new key', async () => { await assignNewKey(); await refreshAudit() })
         })]))
 
   $('#rotation-watch').replaceChildren(
@@ -1029,7 +1478,7 @@ const keyRefs = (ids, prefixes) => ids.length === 0 ? ['none'] : listOf(ids.map(
 
 /** The host's name of the resource at an endpoint path, when the page knows it. */
 function resourceNameAt (path) {
-  const endpoint = endpointList.find((e) => e.path === path)
+  const endpoint = endpointList.items.find((e) => e.path === path)
   if (endpoint?.resourceName !== undefined) return endpoint.resourceName
   const match = /\/model\/(\d+)\/(dataset|pipeline)\/(\d+)$/.exec(path)
   return match === null ? undefined : resources.items.find((r) => placeOf(r) === `${match[2]}/${match[1]}/${match[3]}`)?.name
@@ -1097,7 +1546,8 @@ function auditFields (entry, prefixes) {
 function renderAudit () {
   // Keys are named by the prefix they had at the time of each entry:
   // walking back from now, a regeneration hands back the prefix before it.
-  const prefixes = new Map(keys.map((k) => [k.id, k.prefix]))
+  // The page knows the keys it has read; others show by id.
+  const prefixes = new Map(knownPrefixes)
   const rows = audit.items.map((entry) => {
     const row = el('tr', {},
       cell('Time', { attrs: { tabindex: '-1', 'data-focus': `${entry.id}:entry` } }, auditTime(entry.at)),
@@ -1121,21 +1571,50 @@ function renderAudit () {
 
 // --- project ---------------------------------------------------------------
 
+/**
+ * Opens the project: the first page of keys and of endpoints, the newest
+ * audit entries, then the usage of the rows on screen. Nothing else is read:
+ * a project of 10,000 keys opens as fast as one of 10.
+ */
 async function load () {
-  const [keyList, endpoints, usageNow, auditNow] = await Promise.all([
-    call('GET', 'keys'), call('GET', 'endpoints'),
-    // Keys and endpoints are shown without their charts or the log if those routes refuse.
-    loadUsage().catch((err) => ({ error: err.message })),
+  for (const search of ['#keys-search', '#endpoints-search', '#assign-search']) $(search).value = ''
+  keyList = newList()
+  endpointList = newList()
+  assign = { q: '', results: [], more: false, chosen: new Map(), generation: assign.generation + 1 }
+  const [keyPage, endpointPage, auditNow] = await Promise.all([
+    callPage('keys', { limit: PAGE_SIZE }), callPage('endpoints', { limit: PAGE_SIZE }),
+    // Keys and endpoints are shown without the log if its route refuses.
     newestAudit().catch((err) => ({ error: err.message }))
   ])
-  keys = keyList
-  endpointList = endpoints
-  usage = usageNow
+  resetUsage()
+  Object.assign(keyList, { items: keyPage.items, after: keyPage.after })
+  Object.assign(endpointList, { items: endpointPage.items, after: endpointPage.after })
+  // The assign form offers the page's first keys until the user searches.
+  Object.assign(assign, { results: keyPage.items.slice(0, CHOICES), more: keyPage.items.length > CHOICES || keyPage.after !== null })
   mergeAudit(auditNow)
+  // The keys first, in a frame of their own; the rest in the next: one long layout becomes two short ones.
   renderKeys()
-  renderEndpoints()
-  renderAudit()
   $('#workspace').hidden = false
+  await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)))
+  renderEndpoints()
+  renderChoices()
+  renderAudit()
+  watchRows($('#keys-table'), false)
+  watchRows($('#endpoints-table'), false)
+  await usageSettled()
+}
+
+/** The pages shown read again, with their rows' usage (a rotation's tables follow its clients). */
+async function refreshTables () {
+  if (hourStart(Date.now() + clockOffset) - (CHART_HOURS - 1) * HOUR_MS !== usage.first) resetUsage() // a new hour: the charts move on
+  await showPage(keyList, 'keys', keyList.at, keyList.before, () => drawKeys(true))
+  await showPage(endpointList, 'endpoints', endpointList.at, endpointList.before, () => drawEndpoints(true))
+}
+
+/** The latest audit entries, after a change made in the page. */
+async function refreshAudit () {
+  mergeAudit(await newestAudit().catch((err) => ({ error: err.message })))
+  renderAudit()
 }
 
 async function openProject () {
@@ -1150,8 +1629,11 @@ async function openProject () {
   document.title = `API keys: ${project.organization}/${project.project}`
   const [opened] = await Promise.all([attempt(`Could not open ${project.organization}/${project.project}`, load), loadResources()])
   if (opened) {
-    setStatus(`Project ${project.organization}/${project.project}: ${keys.length} key(s).`)
-    resumeRotation()
+    const shown = keyList.after === null
+      ? `${keyList.items.length} key(s)`
+      : `the first ${keyList.items.length} keys are shown; search or turn the pages for the others`
+    setStatus(`Project ${project.organization}/${project.project}: ${shown}.`)
+    await resumeRotation()
   }
 }
 

@@ -24,6 +24,8 @@ interface Faults {
   spoilKeys (): Promise<void>
   /** makes the creation time of every endpoint made from now on unfit for an answer */
   spoilEndpoints (): Promise<void>
+  /** makes the creation time of an endpoint unfit for an answer when one of its keys is added or taken off */
+  spoilAssignments (): Promise<void>
   clear (): Promise<void>
 }
 
@@ -37,8 +39,12 @@ function sqliteFaults (storage: SqliteStorage): Faults {
     spoilEndpoints: async () => {
       db.exec(`CREATE TRIGGER spoil_endpoint AFTER INSERT ON endpoints BEGIN UPDATE endpoints SET created_at = ${LATE_MS} WHERE id = NEW.id; END;`)
     },
+    spoilAssignments: async () => {
+      db.exec(`CREATE TRIGGER spoil_assign AFTER INSERT ON endpoint_keys BEGIN UPDATE endpoints SET created_at = ${LATE_MS} WHERE id = NEW.endpoint_id; END;
+               CREATE TRIGGER spoil_unassign AFTER DELETE ON endpoint_keys BEGIN UPDATE endpoints SET created_at = ${LATE_MS} WHERE id = OLD.endpoint_id; END;`)
+    },
     clear: async () => {
-      for (const name of ['spoil_key_insert', 'spoil_key_update', 'spoil_endpoint']) db.exec(`DROP TRIGGER IF EXISTS ${name}`)
+      for (const name of ['spoil_key_insert', 'spoil_key_update', 'spoil_endpoint', 'spoil_assign', 'spoil_unassign']) db.exec(`DROP TRIGGER IF EXISTS ${name}`)
     }
   }
 }
@@ -55,9 +61,15 @@ function pgFaults (storage: PgStorage): Faults {
       await q(`CREATE FUNCTION ${s}.spoil_endpoint () RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.created_at := '${LATE_TEXT}'; RETURN NEW; END $$;
                CREATE TRIGGER spoil_endpoint BEFORE INSERT ON ${s}.endpoints FOR EACH ROW EXECUTE FUNCTION ${s}.spoil_endpoint ()`)
     },
+    spoilAssignments: async () => {
+      await q(`CREATE FUNCTION ${s}.spoil_assignment () RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                 UPDATE ${s}.endpoints SET created_at = '${LATE_TEXT}' WHERE id = COALESCE(NEW.endpoint_id, OLD.endpoint_id); RETURN NULL; END $$;
+               CREATE TRIGGER spoil_assignment AFTER INSERT OR DELETE ON ${s}.endpoint_keys FOR EACH ROW EXECUTE FUNCTION ${s}.spoil_assignment ()`)
+    },
     clear: async () => {
       await q(`DROP TRIGGER IF EXISTS spoil_key ON ${s}.api_keys; DROP TRIGGER IF EXISTS spoil_endpoint ON ${s}.endpoints;
-               DROP FUNCTION IF EXISTS ${s}.spoil_key (); DROP FUNCTION IF EXISTS ${s}.spoil_endpoint ();`)
+               DROP TRIGGER IF EXISTS spoil_assignment ON ${s}.endpoint_keys;
+               DROP FUNCTION IF EXISTS ${s}.spoil_key (); DROP FUNCTION IF EXISTS ${s}.spoil_endpoint (); DROP FUNCTION IF EXISTS ${s}.spoil_assignment ();`)
     }
   }
 }
@@ -104,12 +116,28 @@ for (const [name, open] of adapters) {
     await faults.spoilEndpoints()
     await refused('create an endpoint', { method: 'PUT', url: `${P}/endpoints/1/pipeline/1`, headers: ADMIN, payload: { keyIds: [k.id] } })
     await faults.clear()
+    // One key on or off an endpoint (issue 18): the endpoint the change leaves cannot be answered.
+    const other = await storage.createKey({ organization: 'acme', project: 'shop', prefix: 'OTHERKEY00', hash: 'h', purpose: 'other', isActive: true, expiresAt: null }, { actor: null })
+    const withOther = await state()
+    await faults.spoilAssignments()
+    await refused('add a key to an endpoint', { method: 'POST', url: `${P}/endpoints/1/dataset/1/keys/${other.id}`, headers: ADMIN })
+    await faults.clear()
+    t.same(await state(), withOther, 'the key was not added')
+    t.equal((await app.inject({ method: 'POST', url: `${P}/endpoints/1/dataset/1/keys/${other.id}`, headers: ADMIN })).statusCode, 200)
+    const withBoth = await state()
+    await faults.spoilAssignments()
+    await refused('take a key off an endpoint', { method: 'DELETE', url: `${P}/endpoints/1/dataset/1/keys/${other.id}`, headers: ADMIN })
+    await faults.clear()
+    t.same(await state(), withBoth, 'the key was not taken off')
+    t.equal((await app.inject({ method: 'DELETE', url: `${P}/endpoints/1/dataset/1/keys/${other.id}`, headers: ADMIN })).statusCode, 200)
+    await app.inject({ method: 'DELETE', url: `${P}/keys/${other.id}`, headers: ADMIN })
 
-    t.same(await state(), before, 'no key, endpoint, assignment or audit entry changed')
+    t.same((await state() as { keys: unknown, endpoints: unknown }).keys, (before as { keys: unknown }).keys, 'no key changed')
+    t.same((await state() as { endpoints: unknown }).endpoints, (before as { endpoints: unknown }).endpoints, 'no endpoint or assignment changed')
     const use = await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
     t.equal(use.statusCode, 200, 'the key was not regenerated: its value still works')
     const failures = lines.filter((l) => l.statusCode === 500)
-    t.equal(failures.length, 4, 'each logged')
+    t.equal(failures.length, 6, 'each logged')
     t.ok(failures.every((l) => /^the answer does not fit its schema: \/(expiresAt|createdAt) .*; nothing was changed$/.test(l.cause?.message)),
       'with why: the field that does not fit')
 

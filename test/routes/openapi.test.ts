@@ -43,6 +43,8 @@ const EXPECTED: Record<string, string[]> = {
   'GET /api-keys/{organization}/{project}/endpoints': ['200', '400', '403', '500'],
   [`PUT ${ENDPOINT}`]: ['200', '201', '400', '403', '404', '413', '415', '500'],
   [`DELETE ${ENDPOINT}`]: ['204', '400', '403', '404', '413', '415', '500'],
+  [`POST ${ENDPOINT}/keys/{keyId}`]: ['200', '400', '403', '404', '413', '415', '500'],
+  [`DELETE ${ENDPOINT}/keys/{keyId}`]: ['200', '400', '403', '404', '413', '415', '500'],
   'GET /api-keys/openapi.json': ['200', '403', '500']
 }
 
@@ -454,4 +456,25 @@ t.test('the document follows managementPrefix', async (t) => {
   t.ok('/admin/data-keys/{organization}/{project}/keys' in doc.paths)
   t.ok('/admin/data-keys/openapi.json' in doc.paths)
   t.equal(doc.paths['/admin/data-keys/{organization}/{project}/keys'].get.tags?.[0], 'management', 'summaries follow the prefix')
+})
+
+t.test('the lists document their pages (limit, after, q, keyId, the Link header), and every 400 of pages and single keys is quoted', async (t) => {
+  const doc = await documentOf(t)
+  for (const [list, names] of [[KEYS, ['after', 'limit', 'q']], ['/api-keys/{organization}/{project}/endpoints', ['after', 'keyId', 'limit', 'q']]] as const) {
+    const op = doc.paths[list].get
+    t.same((op.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name).sort(), names, `${list}: its query`)
+    t.match(op.responses['200'].headers, { link: { description: /rel="next"/ } }, `${list}: the Link header`)
+  }
+  const { app } = await buildApp(t)
+  const key = await createKey(app, 'only')
+  await assignKeys(app, 'dataset', [key.id])
+  await assertQuoted(t, app, `GET ${KEYS}`, await app.inject({ url: '/api-keys/acme/shop/keys?limit=5&after=nope', headers: ADMIN }))
+  await assertQuoted(t, app, 'GET /api-keys/{organization}/{project}/endpoints',
+    await app.inject({ url: '/api-keys/acme/shop/endpoints?limit=5&after=nope', headers: ADMIN }))
+  await assertQuoted(t, app, `DELETE ${ENDPOINT}/keys/{keyId}`,
+    await app.inject({ method: 'DELETE', url: `/api-keys/acme/shop/endpoints/1/dataset/1/keys/${key.id}`, headers: ADMIN }))
+  for (const method of ['POST', 'DELETE'] as const) {
+    await assertQuoted(t, app, `${method} ${ENDPOINT}/keys/{keyId}`,
+      await app.inject({ method, url: `/api-keys/acme/shop/endpoints/1/dataset/2/keys/${key.id}`, headers: ADMIN }))
+  }
 })

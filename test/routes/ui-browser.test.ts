@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,6 +7,7 @@ import { chromium, type BrowserContext, type Locator, type Page } from 'playwrig
 import t, { type Test } from 'tap'
 import { salesDataset, SALES_REF } from '../fixtures.js'
 import { buildApp, DATASET_URL, type TestApp } from '../helper.js'
+import { buildScaleProject, scalePlace, scalePurpose } from '../scale-project.js'
 import type { DataEndpointsOptions } from '../../lib/index.js'
 
 // The management page in a real headless Chromium against a real listening
@@ -113,10 +114,10 @@ function localInput (ms: number): string {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`
 }
 
-/** The sum of the counts a chart's bars of one kind carry. */
+/** The sum of the counts a chart's bars of one kind carry (one path per kind). */
 async function bars (chart: Locator, kind: 'ok' | 'refused' | 'guess'): Promise<number> {
   let sum = 0
-  for (const rect of await chart.locator(`rect.${kind}`).all()) sum += Number(await rect.getAttribute('data-count'))
+  for (const path of await chart.locator(`path.${kind}`).all()) sum += Number(await path.getAttribute('data-count'))
   return sum
 }
 
@@ -189,6 +190,22 @@ const checks = async (page: Page): Promise<number> => Number(await page.locator(
 // Polled from here: a predicate evaluated in the page would be refused by its CSP.
 async function untilChecks (page: Page, n: number): Promise<void> {
   while (await checks(page) < n) await sleep(100)
+}
+/** How many table rows the viewport shows. */
+async function rowsOnScreen (page: Page): Promise<number> {
+  return await page.evaluate<number>(`[...document.querySelectorAll('#keys-table tbody tr, #endpoints-table tbody tr')]
+    .filter((row) => { const box = row.getBoundingClientRect(); return box.bottom > 0 && box.top < innerHeight }).length`)
+}
+
+/** Waits until no usage read is in flight: the rows on screen have their charts (the workspace says it is busy until then). */
+async function usageDrawn (page: Page): Promise<void> {
+  await sleep(100) // the observer's first look at rows just drawn or scrolled to
+  await page.locator('#workspace[aria-busy="false"]').waitFor()
+}
+
+/** Waits a while for `locator` to match `n` elements (the assertion after it says whether it did). */
+async function untilCount (locator: Locator, n: number): Promise<void> {
+  for (let i = 0; i < 100 && await locator.count() !== n; i++) await sleep(50)
 }
 async function untilLive (page: Page, which: 'old' | 'new', n: number): Promise<void> {
   while (await page.locator(`#rotation-${which}-calls`).count() === 0 || await live(page, which) < n) await sleep(100)
@@ -494,17 +511,22 @@ if (chromiumAvailable(t)) {
       new RegExp(`^Key ${watched.prefix}: 17 calls in the last 7 days, 3 in the last 24 hours; 3 wrong-secret guesses; busiest hour .+ with 10 requests$`),
       'the chart has its text equivalent')
     t.equal(await chart.getAttribute('role'), 'img')
+    t.equal(await chart.locator('path.ok').getAttribute('d').then((d) => d?.match(/M/g)?.length), 3, 'a bar per hour with calls: 100 and 30 hours ago, and this hour')
+    await chart.hover() // an hour's title is made when the pointer first comes over its chart
     t.match(await chart.locator('g.bar title').first().textContent(), /^\S.*: 4 calls, 1 wrong-secret guess$/, 'each bar names its hour and counts: 100 hours ago')
     t.ok(await chart.locator('g.bar').count() >= 3, 'a bar per hour with requests')
-    const warn = await page.evaluate<string>("getComputedStyle(document.querySelector('#keys-table rect.guess')).fill")
+    const warn = await page.evaluate<string>("getComputedStyle(document.querySelector('#keys-table path.guess')).fill")
     t.equal(warn, 'rgb(184, 106, 0)', 'guess bars in the warning colour')
     t.equal(await page.evaluate<string>("getComputedStyle(document.querySelector('#keys-table .guess-count')).color"), warn, 'and their count too')
-    t.not(await page.evaluate<string>("getComputedStyle(document.querySelector('#keys-table rect.ok')).fill"), warn, 'calls in another colour')
+    t.not(await page.evaluate<string>("getComputedStyle(document.querySelector('#keys-table path.ok')).fill"), warn, 'calls in another colour')
     t.equal(await lines(keyUsage(quiet.prefix)), '24 h: 0 · 7 days: 0 calls')
-    t.equal(await keyUsage(quiet.prefix).locator('rect').count(), 0, 'no bars for a key without requests')
+    t.equal(await keyUsage(quiet.prefix).locator('path.ok, path.refused, path.guess').count(), 0, 'no bars for a key without requests')
 
     // The endpoint: its calls, and the refusals it saw (none named a key: no key sent).
     const endpointUsage = page.locator('#endpoints-table tbody tr').first().locator('td.usage')
+    // Read when its row comes on screen.
+    await endpointUsage.scrollIntoViewIfNeeded()
+    await endpointUsage.locator('svg.chart').waitFor()
     t.equal(await lines(endpointUsage), '24 h: 3 · 7 days: 17 calls\n1 refused 3 wrong-secret guesses')
     const endpointChart = endpointUsage.locator('svg.chart')
     t.same([await bars(endpointChart, 'ok'), await bars(endpointChart, 'refused'), await bars(endpointChart, 'guess')], [17, 1, 3])
@@ -648,8 +670,9 @@ if (chromiumAvailable(t)) {
     t.ok(await live(page, 'new') > newBefore, 'while the new key\'s count rises')
     t.match(await page.locator('#rotation-checked').innerText(), /the old key's count has not changed in the last ([3-9]|\d\d+) checks\.$/)
 
-    // The tables follow during the rotation, less often: the new key's row shows its calls.
+    // The tables follow during the rotation, less often: the new key's row shows its calls (read once on screen).
     const newRow = page.locator('#keys-table tbody tr', { hasText: renewed.slice(0, 10) }).locator('td.usage')
+    await newRow.scrollIntoViewIfNeeded()
     const limit = (await checks(page)) + 2 * 5
     while (/^24 h: 0 /.test(await lines(newRow)) && await checks(page) < limit) await sleep(100)
     t.notMatch(await lines(newRow), /^24 h: 0 /, 'the new key\'s row counts its calls')
@@ -928,14 +951,19 @@ if (chromiumAvailable(t)) {
     await page.getByRole('status').getByText('Endpoint GET /api/acme/shop/model/1/dataset/3 now has 1 key(s).').waitFor()
     t.equal(writes.at(-1), 'PUT /api-keys/acme/shop/endpoints/1/dataset/3')
 
-    // The endpoints carry the names the host lists.
-    const paths = await page.locator('#endpoints-table tbody td:first-child').allInnerTexts()
-    t.same(paths, ['returns\n/api/acme/shop/model/1/dataset/2', '/api/acme/shop/model/1/dataset/3', 'refresh\n/api/acme/shop/model/1/pipeline/1'])
+    // The endpoints carry their names: each row as its PUT answered it (the host names even the
+    // dataset it does not list), in the list's order; opened again, the names the host lists.
+    const paths = async (): Promise<string[]> => await page.locator('#endpoints-table tbody td:first-child').allInnerTexts()
+    t.same(await paths(), ['returns\n/api/acme/shop/model/1/dataset/2', 'unlisted\n/api/acme/shop/model/1/dataset/3', 'refresh\n/api/acme/shop/model/1/pipeline/1'])
     t.same((await auditRows(page)).slice(0, 3).map((row) => row[2]), [
-      `Endpoint /api/acme/shop/model/1/dataset/3 created with key ${key.prefix}`,
+      `Endpoint /api/acme/shop/model/1/dataset/3 (unlisted) created with key ${key.prefix}`,
       `Endpoint /api/acme/shop/model/1/pipeline/1 (refresh) created with key ${key.prefix}`,
       `Endpoint /api/acme/shop/model/1/dataset/2 (returns) created with key ${key.prefix}`
     ], 'and so does the audit log')
+    await page.getByRole('button', { name: 'Open project' }).click()
+    await page.getByRole('status').getByText('Project acme/shop: 1 key(s).').waitFor()
+    t.same(await paths(), ['returns\n/api/acme/shop/model/1/dataset/2', '/api/acme/shop/model/1/dataset/3', 'refresh\n/api/acme/shop/model/1/pipeline/1'])
+    t.same((await auditRows(page))[0][2], `Endpoint /api/acme/shop/model/1/dataset/3 created with key ${key.prefix}`)
 
     // Edit keys: the picker shows the endpoint's resource, or the numbers for one it does not list.
     await page.getByRole('button', { name: 'Edit keys of /api/acme/shop/model/1/dataset/2' }).click()
@@ -983,5 +1011,140 @@ if (chromiumAvailable(t)) {
     t.equal(await failing.page.locator('#audit-problem').innerText(), 'The audit log could not be read: Internal server error')
     t.ok(await failing.page.getByText('No changes recorded yet.').isHidden(), 'not called empty')
     t.same(failing.problems, [])
+  })
+
+  t.test('a project of 10,000 keys and 2,000 endpoints: pages, search as you type, actions on their own rows, usage for the rows on screen', async (t) => {
+    const { page, base, problems, host } = await openPage(t)
+    const building = Date.now()
+    const { keys, endpoints } = await buildScaleProject(host.storage, { keys: 10_000, endpoints: 2_000 })
+    // The host names every resource, as a host with 2,000 endpoints would: 2,000 choices in the picker.
+    const nameOf = (i: number): string => i === 0 ? 'sales' : `${scalePlace(i).type === 'dataset' ? 'table' : 'job'} m${scalePlace(i).modelSequence} r${scalePlace(i).resourceSequence}`
+    const listed = (type: string): Array<{ modelSequence: number, resourceSequence: number, name: string }> =>
+      endpoints.map((_, i) => ({ ...scalePlace(i), name: nameOf(i) })).filter((r) => r.type === type)
+    Object.assign(host.datasets, { listResources: async () => listed('dataset') })
+    Object.assign(host.jobs, { listResources: async () => listed('pipeline') })
+    t.comment(`10,000 keys and 2,000 endpoints built in ${Date.now() - building} ms`)
+
+    const requests: string[] = []
+    page.on('request', (req) => {
+      const url = new URL(req.url())
+      if (url.pathname.startsWith('/api-keys/acme/shop/')) requests.push(`${req.method()} ${url.pathname.slice(20)}${decodeURIComponent(url.search)}`)
+    })
+    await page.goto(`${base}/api-keys/ui/`)
+    // Tasks over 50 ms on the page's main thread, as Chromium reports them.
+    await page.evaluate(`window.longTasks = []; new PerformanceObserver((list) => { for (const e of list.getEntries()) window.longTasks.push(Math.round(e.duration)) }).observe({ type: 'longtask' })`)
+    const longest = async (): Promise<number> => Math.max(0, ...await page.evaluate<number[]>('window.longTasks.splice(0)'))
+    await page.getByLabel('Organization').fill('acme')
+    await page.getByLabel('Project', { exact: true }).fill('shop')
+    await page.getByLabel('Access token (optional)').fill(TOKEN)
+    const opening = Date.now()
+    await page.getByRole('button', { name: 'Open project' }).click()
+    await page.getByRole('status').getByText('Project acme/shop: the first 25 keys are shown; search or turn the pages for the others.').waitFor({ timeout: 60_000 })
+    const timings: Record<string, number> = { 'first screen (ms)': Date.now() - opening, 'longest task while opening (ms)': await longest() }
+
+    // The first page of each table; the charts of the rows on screen, from reads of those rows only.
+    const keyRows = page.locator('#keys-table tbody tr')
+    const endpointRows = page.locator('#endpoints-table tbody tr')
+    t.equal(await keyRows.count(), 25, '25 keys in the table')
+    t.equal(await endpointRows.count(), 25, '25 endpoints in the table')
+    t.same((await keyRows.locator('td:first-child').allInnerTexts()).map((text) => text.trim()), keys.slice(0, 25).map((k) => k.prefix), 'the oldest keys first')
+    const onScreen = await rowsOnScreen(page)
+    t.ok(onScreen > 0, `${onScreen} rows on screen`)
+    t.equal(await page.evaluate<number>(`[...document.querySelectorAll('#keys-table tbody tr, #endpoints-table tbody tr')]
+      .filter((row) => { const box = row.getBoundingClientRect(); return box.bottom > 0 && box.top < innerHeight })
+      .filter((row) => row.querySelector('td.usage svg.chart') !== null).length`), onScreen, 'each of them has its chart')
+    t.match(await lines(keyRows.first().locator('td.usage')), /^24 h: \d+ · 7 days: [1-9]\d* calls$/, 'the first key\'s usage, read for it')
+    const usageReads = requests.filter((r) => r.startsWith('GET usage'))
+    t.ok(usageReads.length >= onScreen && usageReads.length < 50, `${usageReads.length} usage reads: the rows on screen (and a little beyond), not the 50 of the tables`)
+    t.ok(usageReads.every((r) => /[?&](keyId|endpointId)=[^&]+/.test(r)), 'each for one key or one endpoint, never the whole project')
+    // A row further down is read when it is scrolled to.
+    const lastEndpoint = endpointRows.last().locator('td.usage')
+    t.match(await lines(lastEndpoint), /^Reading usage/, 'the last endpoint is not read while off screen')
+    await lastEndpoint.scrollIntoViewIfNeeded()
+    await lastEndpoint.locator('svg.chart').waitFor()
+    await usageDrawn(page)
+    await page.evaluate('window.scrollTo(0, 0)')
+    t.same(requests.filter((r) => !r.startsWith('GET usage')).sort(), ['GET audit?limit=25', 'GET endpoints?limit=25', 'GET keys?limit=25', 'GET resources'],
+      'and the first page of each list, the log and the names: nothing else')
+    t.ok(requests.filter((r) => r.startsWith('GET usage')).length < 50, 'fewer usage reads than rows, scrolled to the end and back')
+    const elements = await page.evaluate<number>('document.getElementsByTagName("*").length')
+    t.ok(elements < 60_000, `${elements} elements on the page (the whole project drew some 440,000)`)
+    t.equal(await page.locator('#assign-choices input[type=checkbox]').count(), 20, 'the assign form offers 20 keys, not 10,000')
+    t.match(await page.locator('#assign-more').innerText(), /The project's first 20 keys are shown: type part of a prefix or purpose/)
+
+    // Search as you type: the table follows, 10 keys, then one.
+    requests.length = 0
+    const search = page.getByLabel('Find keys', { exact: true })
+    const searching = Date.now()
+    await search.pressSequentially('client 0777', { delay: 30 })
+    await keyRows.filter({ hasText: scalePurpose(7779) }).waitFor()
+    timings['search as you type, to the rows shown (ms)'] = Date.now() - searching - 30 * 11
+    t.same(await keyRows.locator('td:nth-child(2)').allInnerTexts(), Array.from({ length: 10 }, (_, i) => scalePurpose(7770 + i)))
+    t.ok(requests.filter((r) => r.startsWith('GET keys')).length <= 3, `typing is not a request per key stroke: ${requests.filter((r) => r.startsWith('GET keys')).join(', ')}`)
+    await search.fill(keys[4242].prefix.toLowerCase())
+    await keyRows.filter({ hasText: keys[4242].prefix }).waitFor()
+    await untilCount(keyRows, 1)
+    t.equal(await keyRows.count(), 1, 'a prefix in either case: its key')
+    t.ok(await page.locator('#keys-pager').isHidden(), 'one page: no pager')
+    await search.fill('')
+    await keyRows.filter({ hasText: keys[0].prefix }).waitFor()
+
+    // The next page, and back.
+    await page.getByRole('button', { name: 'Next keys' }).click()
+    await keyRows.filter({ hasText: keys[25].prefix }).waitFor()
+    t.same((await keyRows.locator('td:first-child').allInnerTexts()).map((text) => text.trim()), keys.slice(25, 50).map((k) => k.prefix), 'keys 26 to 50')
+    t.equal(await page.locator('#keys-page').innerText(), 'Page 2')
+    await usageDrawn(page)
+
+    // An action: only its own call and the newest log entries; its row changes, nothing is reloaded.
+    const target = keys[30]
+    await page.getByRole('button', { name: `Disable key ${target.prefix}` }).scrollIntoViewIfNeeded()
+    await usageDrawn(page)
+    await longest()
+    requests.length = 0
+    const acting = Date.now()
+    await page.getByRole('button', { name: `Disable key ${target.prefix}` }).click()
+    await page.getByRole('status').getByText(`Key ${target.prefix} disabled.`).waitFor()
+    timings['disable a key (ms)'] = Date.now() - acting
+    timings['longest task of the action (ms)'] = await longest()
+    t.same(requests, [`PATCH keys/${target.id}`, 'GET audit?limit=25'], 'the change and the log: no list, no usage read again')
+    t.equal((await keyRow(page, target.prefix))[2], 'Disabled')
+    t.equal(await page.locator(':focus').getAttribute('aria-label'), `Enable key ${target.prefix}`, 'the focus stays on the toggle')
+    t.equal(await keyRows.count(), 25)
+
+    // The assign form finds a key by searching, and the picker names 2,000 resources.
+    requests.length = 0
+    await page.getByLabel('Find keys to assign', { exact: true }).fill(scalePurpose(9999))
+    const choice = page.getByLabel(`${keys[9999].prefix} — ${scalePurpose(9999)}`)
+    await choice.waitFor()
+    t.equal(await page.locator('#assign-choices input[type=checkbox]').count(), 1)
+    await choice.check()
+    t.equal(await page.getByLabel('Dataset or pipeline').locator('option').count(), 2_002, 'every resource, by name')
+    await page.getByLabel('Dataset or pipeline').selectOption({ label: 'sales — model 1, dataset 1' })
+    const assigning = Date.now()
+    await page.getByRole('button', { name: 'Assign keys' }).click()
+    await page.getByRole('status').getByText('Endpoint GET /api/acme/shop/model/1/dataset/1 now has 1 key(s).').waitFor()
+    timings['assign keys (ms)'] = Date.now() - assigning
+    t.same(requests.filter((r) => !r.startsWith('GET keys?') && !r.startsWith('GET usage')), ['PUT endpoints/1/dataset/1', 'GET audit?limit=25'])
+    t.ok(requests.filter((r) => r.startsWith('GET usage')).every((r) => /[?&](keyId|endpointId)=[^&]+/.test(r)), 'usage only of rows the form scrolled into view')
+    t.match(await page.locator('#endpoints-table tbody tr').first().locator('td').nth(2).innerText(), new RegExp(`^${keys[9999].prefix} ${scalePurpose(9999)}$`),
+      'the endpoint\'s row shows its new key, in place')
+
+    // Endpoints by the host's name, and by path.
+    const endpointSearch = page.getByLabel('Find endpoints', { exact: true })
+    await endpointSearch.fill('JOB M4 R250')
+    await page.locator('#endpoints-table tbody tr', { hasText: 'job m4 r250' }).waitFor()
+    await untilCount(page.locator('#endpoints-table tbody tr'), 1)
+    t.same(await page.locator('#endpoints-table tbody tr td:first-child').allInnerTexts(), ['job m4 r250\n/api/acme/shop/model/4/pipeline/250'])
+    await endpointSearch.fill('/model/3/dataset/12')
+    await page.locator('#endpoints-table tbody tr', { hasText: '/model/3/dataset/125' }).waitFor()
+    t.same((await page.locator('#endpoints-table tbody tr td:first-child').allInnerTexts()).map((text) => text.split('\n').at(-1)),
+      ['/api/acme/shop/model/3/dataset/12', ...Array.from({ length: 10 }, (_, i) => `/api/acme/shop/model/3/dataset/${120 + i}`)])
+
+    t.comment(Object.entries(timings).map(([name, ms]) => `${name}: ${ms}`).join('; '))
+    mkdirSync(ARTIFACTS, { recursive: true })
+    writeFileSync(new URL('page-scale.json', ARTIFACTS), JSON.stringify(timings, null, 2))
+    await page.screenshot({ path: new URL('management-scale.png', ARTIFACTS).pathname })
+    t.same(problems, [], 'no script error, no CSP refusal')
   })
 }

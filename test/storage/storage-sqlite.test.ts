@@ -117,3 +117,38 @@ t.test('a write blocked by another handle\'s lock fails after busyTimeout instea
   a.db.exec('COMMIT')
   t.same(await b.claimIdempotencyKey({ endpointId: 'e', keyId: 'k' }, 'k', 60_000, 'token'), { claimed: true }, 'works once the lock is gone')
 })
+
+t.test('writes and pages read only their rows: no statement they run scans a project\'s keys, endpoints or assignments', async (t) => {
+  // SQLite's plan says whether a statement searches an index or scans a
+  // table. A project of 10,000 keys made every PUT read all of them
+  // (issue 18): each statement a write or a page runs must search.
+  const s = new SqliteStorage({ filename: ':memory:' })
+  t.teardown(() => s.close())
+  const statements = (s as unknown as { statements: Record<string, { source: string }> }).statements
+  const planOf = (sql: string, params: unknown): string[] =>
+    (s.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(params as never) as Array<{ detail: string }>).map((row) => row.detail)
+  const used = ['getKey', 'insertKey', 'setPurpose', 'setActive', 'setExpiry', 'setSecret', 'deleteKey', 'getEndpoint', 'insertEndpoint',
+    'clearAssignments', 'assign', 'unassign', 'deleteEndpoint', 'keysOfEndpoints', 'projectKeyIdsIn', 'isProjectKey', 'endpointKeyIds', 'insertAudit']
+  // A whole table, or a whole project through its index (organization and project, nothing narrower).
+  const wholeProject = (plan: string[]): boolean => plan.some((step) =>
+    /^SCAN (api_keys|endpoints|endpoint_keys|e|k|ek)\b/.test(step) || /\(organization=\? AND project=\?\)$/.test(step))
+  t.ok(wholeProject(planOf('SELECT id FROM api_keys WHERE organization = ? AND project = ?', ['o', 'p'])),
+    'the check sees what every PUT did before: read the project\'s key ids')
+  for (const name of used) {
+    const source = statements[name]?.source
+    t.type(source, 'string', `${name} exists`)
+    const params = source.includes('@') ? Object.fromEntries([...source.matchAll(/@(\w+)/g)].map(([, p]) => [p, null])) : Array((source.match(/\?/g) ?? []).length).fill(null)
+    const plan = planOf(source, params)
+    t.notOk(wholeProject(plan), `${name}: ${plan.join('; ')}`)
+  }
+  // The pages, with every filter: searched from where the last page ended, in index order (no sort).
+  const list = await import('../../lib/storage/sqlite-storage.js')
+  t.ok(list.MIGRATIONS.at(-1)?.includes('api_keys_project_order'), 'the index of the keys\' order')
+  const keysPage = planOf(`SELECT id FROM api_keys INDEXED BY api_keys_project_order WHERE organization = 'o' AND project = 'p'
+    AND (created_at, id) > (1, 'x') ORDER BY created_at, id LIMIT 5`, [])
+  t.notOk(keysPage.some((step) => /TEMP B-TREE/.test(step)), `keys page: ${keysPage.join('; ')}`)
+  t.ok(keysPage.some((step) => /SEARCH api_keys USING (COVERING )?INDEX api_keys_project_order \(organization=\? AND project=\? AND \(created_at,id\)>\(\?,\?\)\)/.test(step)), 'from the cursor on')
+  const endpointsPage = planOf(`SELECT id FROM endpoints WHERE organization = 'o' AND project = 'p'
+    AND (model_sequence, type, resource_sequence) > (1, 'dataset', 1) ORDER BY model_sequence, type, resource_sequence LIMIT 5`, [])
+  t.notOk(endpointsPage.some((step) => /TEMP B-TREE|^SCAN/.test(step)), `endpoints page: ${endpointsPage.join('; ')}`)
+})
