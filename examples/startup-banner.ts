@@ -54,6 +54,8 @@ export function startupBanner ({ baseUrl, adminToken, demo }: BannerFacts): stri
     `curl -H "Authorization: Bearer ${key}" "${model}/dataset/1?format=json"`,
     '# dataset 1 as a zip of CSV files, saved to sales.zip',
     `curl -H "Authorization: Bearer ${key}" -o sales.zip "${model}/dataset/1?format=csv-zip"`,
+    '# its orders as Parquet, for DuckDB, pandas, polars or Spark',
+    `curl -H "Authorization: Bearer ${key}" -o orders.parquet "${model}/dataset/1?format=parquet&entity=orders"`,
     '# start pipeline 1 "refresh-sales"; the answer carries job_id and job_url',
     `curl -X POST -H "Authorization: Bearer ${key}" "${model}/pipeline/1"`,
     '# the job\'s status (public, no key); put in the job_id from above',

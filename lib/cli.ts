@@ -33,13 +33,17 @@ Commands:
                         print a project's endpoints as a JSON array
 
 Options of get:
-  --format F            sql (default), json, csv-zip, json-zip or oracle-loader
-  --entity E            only the entity (table) E
+  --format F            sql (default), json, csv-zip, json-zip, oracle-loader, csv,
+                        parquet, parquet-zip or arrow
+  --entity E            only the entity (table) E (csv, parquet and arrow need it
+                        when the dataset has several)
   --meta M              entities (the entity names) or ddl (the schema) instead of the data
   --limit N             at most N records per entity
-  --archive-type T      zip (default) or tar, for csv-zip, json-zip and oracle-loader
+  --archive-type T      zip (default) or tar, for csv-zip, json-zip, oracle-loader
+                        and parquet-zip
   --output FILE         write to FILE (written whole or not at all) instead of stdout
-  --progress            show the progress line on stderr even when it is not a terminal
+  --progress            show the progress line (bytes received, of the total when
+                        known) on stderr even when it is not a terminal
 
 Options of run:
   --wait                poll the job until it ends, print the final job as JSON;

@@ -4,7 +4,7 @@ import createError from '@fastify/error'
 // code (for hosts and tests to match on), the exact message of SPEC.md §7 /
 // DESIGN.md §2 and §4, and its status. Bodies show only `message`.
 
-const SUPPORTED_FORMATS = 'json|sql|csv-zip|json-zip|oracle-loader'
+export const SUPPORTED_FORMATS = 'json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow'
 
 // Answers, not faults: they carry no stack trace, whose capture would cost
 // every refused request (a flood of wrong keys is mostly refusals).
@@ -31,6 +31,10 @@ export const UnknownFormatError = answer<[string]>(
 export const InvalidParameterError = answer<[string]>('FDE_INVALID_PARAMETER', '%s', 400)
 export const IdempotencyInProgressError = answer(
   'FDE_IDEMPOTENCY_IN_PROGRESS', 'A request with this Idempotency-Key is still in progress', 409)
+export const ParquetEncodersBusyError = answer(
+  'FDE_PARQUET_ENCODERS_BUSY', 'Too many Parquet downloads waiting for an encoder; retry later', 503)
+export const RangeNotSatisfiableError = answer<[string]>(
+  'FDE_RANGE_NOT_SATISFIABLE', 'Range not satisfiable: the file has %s bytes', 416)
 export const TarSpoolFullError = answer(
   'FDE_TAR_SPOOL_FULL', 'Not enough temporary space for a tar download; retry later or use archiveType=zip', 503)
 

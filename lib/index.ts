@@ -11,6 +11,8 @@ import { InvalidOptionError, NotFoundError } from './errors.js'
 import { FailureThrottle } from './keys/failure-throttle.js'
 import { removeStaleSpoolFolders } from './formats/spool-folder.js'
 import { TarSpool, type TarSpoolUsage } from './formats/tar-spool.js'
+import { ParquetEncoders } from './formats/parquet-encoders.js'
+import { RenderedFiles } from './downloads/rendered-files.js'
 import { IdempotencyReleaser } from './routes/idempotency-releaser.js'
 import { jobRoute } from './routes/job-route.js'
 import { bcryptHasher } from './keys/key-hasher.js'
@@ -58,24 +60,31 @@ function answerMissesWithNotFound (scope: FastifyInstance): void {
  * Checks the tar spool's parent folder, and removes the spool folders that
  * processes which no longer run left there (a kill -9 skips onClose).
  */
-async function prepareTarSpool (app: FastifyInstance, directory: string): Promise<void> {
+/**
+ * Checks a folder the plugin makes its own folder in (the tar spool's, the
+ * rendered files'), and removes what processes that no longer run left there.
+ */
+async function prepareSpoolDirectory (app: FastifyInstance, option: string, what: string, directory: string): Promise<void> {
   // Not made if missing: a mistyped path should fail here, not grow folders.
   try {
     if (!(await stat(directory)).isDirectory()) throw new Error('not a directory')
     await access(directory, constants.W_OK | constants.X_OK)
   } catch (err) {
-    throw new InvalidOptionError(`option "tarSpool.directory" must be an existing folder this process can write to (${directory}: ${(err as Error).message})`)
+    throw new InvalidOptionError(`option "${option}" must be an existing folder this process can write to (${directory}: ${(err as Error).message})`)
   }
   const { removed, failed } = await removeStaleSpoolFolders(directory)
-  for (const name of removed) app.log.info({ folder: join(directory, name) }, 'removed a tar spool folder whose process no longer runs')
+  for (const name of removed) app.log.info({ folder: join(directory, name) }, `removed a ${what} folder whose process no longer runs`)
   for (const { name, error } of failed) {
-    app.log.warn({ folder: join(directory, name), err: error }, 'could not remove a tar spool folder whose process no longer runs')
+    app.log.warn({ folder: join(directory, name), err: error }, `could not remove a ${what} folder whose process no longer runs`)
   }
 }
 
 async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOptions): Promise<void> {
   const options = resolveOptions(rawOptions)
-  await prepareTarSpool(app, options.tarSpool.directory)
+  await prepareSpoolDirectory(app, 'tarSpool.directory', 'tar spool', options.tarSpool.directory)
+  if (options.renderedFiles.maxBytes > 0 && options.renderedFiles.directory !== options.tarSpool.directory) {
+    await prepareSpoolDirectory(app, 'renderedFiles.directory', 'rendered files', options.renderedFiles.directory)
+  }
   const hasher = options.hasher ?? bcryptHasher(options.bcryptCost)
   // Made first: the verifier, the recorder and the routes report to it.
   let metrics: PluginMetrics | null = null
@@ -102,6 +111,8 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle),
     tarSpool,
     renderedBodies: options.renderedBodyCacheBytes === 0 ? null : new RenderedBodies(options.renderedBodyCacheBytes),
+    renderedFiles: options.renderedFiles.maxBytes === 0 ? null : new RenderedFiles(options.renderedFiles),
+    parquetEncoders: new ParquetEncoders({ threads: options.parquetThreads, maxWaiting: options.parquetMaxWaiting, batchBytes: options.columnarBatchBytes }),
     metrics: null,
     logs
   }
@@ -125,6 +136,11 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   // the spool folder goes.
   app.addHook('onClose', async () => {
     await ctx.tarSpool.close().catch((err: Error) => { app.log.warn({ err, folder: ctx.tarSpool.folder }, 'could not remove the tar spool folder') })
+  })
+  // Likewise the rendered files and their folder, and the encoding threads.
+  app.addHook('onClose', async () => {
+    await ctx.renderedFiles?.close().catch((err: Error) => { app.log.warn({ err, folder: ctx.renderedFiles?.folder }, 'could not remove the rendered files folder') })
+    await ctx.parquetEncoders.close()
   })
   // In-flight requests have been counted by the time the counters are flushed
   // (and Idempotency-Key claims waiting for release are tried a last time);

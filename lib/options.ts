@@ -9,6 +9,8 @@ import type { Storage } from './storage/storage.js'
 import type { FailureThrottleOptions } from './keys/failure-throttle.js'
 import type { MetricsOptions } from './metrics.js'
 import type { TarSpoolOptions } from './formats/tar-spool.js'
+import type { RenderedFilesOptions } from './downloads/rendered-files.js'
+import { zstdAvailable } from './formats/parquet-row-group.js'
 import { InvalidOptionError } from './errors.js'
 import { DEFAULT_CHUNK_SIZE } from './formats/pace.js'
 
@@ -109,6 +111,30 @@ export interface DataEndpointsOptions {
    */
   renderedBodyCacheBytes?: number
   /**
+   * bytes of values in one Parquet row group or Arrow record batch; default
+   * 4 MiB. A download holds about one (a client that stops reading holds the
+   * one being sent); larger groups compress better and cost more memory
+   */
+  columnarBatchBytes?: number
+  /** worker threads that encode Parquet row groups off the event loop; default the CPUs less one, 1 to 4 */
+  parquetThreads?: number
+  /**
+   * Parquet downloads that may wait for an encoder (a slot: two per thread);
+   * beyond it a download that has not started answers 503 with Retry-After;
+   * default 64
+   */
+  parquetMaxWaiting?: number
+  /** compression of Parquet pages: 'snappy' (default, every reader has it), 'zstd' (Node 22.15 and later) or 'none' */
+  parquetCompression?: 'snappy' | 'zstd' | 'none'
+  /**
+   * where `parquet` and `arrow` downloads of datasets with a `revision` are
+   * rendered once and served from, with Content-Length and Range:
+   * `directory` (an existing folder the plugin makes its own folder in;
+   * default the OS temporary folder), `maxBytes` on disk (default 1 GiB,
+   * least recently used files go first; 0 turns the cache off)
+   */
+  renderedFiles?: Partial<RenderedFilesOptions>
+  /**
    * serve the management web page at `<managementPrefix>/ui/`; default true.
    * The page holds no data: every call it makes goes to the management API,
    * which needs `ManageAPIKeys` through `getPermissions`.
@@ -137,10 +163,17 @@ export const DEFAULTS = {
   managementUi: true,
   downloadChunkSize: DEFAULT_CHUNK_SIZE,
   compression: true,
-  renderedBodyCacheBytes: 16 * 1024 * 1024
+  renderedBodyCacheBytes: 16 * 1024 * 1024,
+  columnarBatchBytes: 4 * 1024 * 1024,
+  parquetThreads: Math.max(1, Math.min(4, availableParallelism() - 1)),
+  parquetMaxWaiting: 64,
+  parquetCompression: 'snappy',
+  // directory: os.tmpdir() when the plugin registers
+  renderedFiles: { maxBytes: 1024 * 1024 * 1024 }
 } as const
 
-export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle' | 'maxKeyLifetime' | 'getActor' | 'tarSpool' | 'metrics'>> & {
+export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle' | 'maxKeyLifetime' | 'getActor' | 'tarSpool' | 'metrics' | 'renderedFiles'>> & {
+  renderedFiles: RenderedFilesOptions
   metrics: MetricsOptions | undefined
   baseUrl: string | undefined
   getActor: DataEndpointsOptions['getActor']
@@ -225,8 +258,30 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
     if (o.failureThrottle.delayMs !== undefined) positiveInteger('failureThrottle.delayMs', o.failureThrottle.delayMs, 0, 60_000)
     if (o.failureThrottle.maxClients !== undefined) positiveInteger('failureThrottle.maxClients', o.failureThrottle.maxClients)
   }
+  positiveInteger('columnarBatchBytes', o.columnarBatchBytes, 64 * 1024, 1024 ** 3)
+  positiveInteger('parquetThreads', o.parquetThreads, 1, 64)
+  positiveInteger('parquetMaxWaiting', o.parquetMaxWaiting, 0)
+  if (!['snappy', 'zstd', 'none'].includes(o.parquetCompression)) fail('option "parquetCompression" must be "snappy", "zstd" or "none"')
+  if (o.parquetCompression === 'zstd' && !zstdAvailable()) {
+    fail(`option "parquetCompression" "zstd" needs Node.js 22.15 or later (this is ${process.version}); use "snappy"`)
+  }
   o.tarSpool = resolveTarSpool(options.tarSpool)
+  o.renderedFiles = resolveRenderedFiles(options.renderedFiles)
   return o
+}
+
+function resolveRenderedFiles (given: unknown): RenderedFilesOptions {
+  if (given === undefined) return { directory: tmpdir(), ...DEFAULTS.renderedFiles }
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) fail('option "renderedFiles" must be an object { directory?, maxBytes? }')
+  const unknown = Object.keys(given).find((name) => name !== 'directory' && name !== 'maxBytes')
+  if (unknown !== undefined) fail(`option "renderedFiles" has no field "${unknown}"`)
+  const files = { directory: tmpdir(), ...DEFAULTS.renderedFiles, ...stripUndefined(given) } as RenderedFilesOptions
+  if (typeof files.directory !== 'string' || files.directory === '' || files.directory.includes('\0')) {
+    fail('option "renderedFiles.directory" must be a path')
+  }
+  files.directory = resolve(files.directory)
+  positiveInteger('renderedFiles.maxBytes', files.maxBytes, 0)
+  return files
 }
 
 const TAR_SPOOL_FIELDS = ['directory', 'maxBytes', 'maxWaitMs', 'memoryPerEntry']

@@ -7,6 +7,7 @@ import type { ArchiveType, DownloadSpec } from '../lib/formats/index.js'
 import { DownloadAbort } from '../lib/formats/download-abort.js'
 import { Pace } from '../lib/formats/pace.js'
 import { TarSpool } from '../lib/formats/tar-spool.js'
+import { ParquetEncoders } from '../lib/formats/parquet-encoders.js'
 import { DEFAULTS } from '../lib/options.js'
 
 // Datasets for the format tests: an entity with every column type, random
@@ -55,7 +56,10 @@ const tarSpool = new TarSpool({ directory: tmpdir(), ...DEFAULTS.tarSpool })
 process.once('exit', () => { rmSync(tarSpool.folder, { recursive: true, force: true }) })
 
 /** A DownloadSpec for calling a format directly. */
-export function specOf (dataset: Dataset, options: { limit?: number, archiveType?: ArchiveType, entities?: readonly Entity[] } = {}): DownloadSpec {
+// Likewise the Parquet encoders: their threads never keep the process alive.
+export const parquetEncoders = new ParquetEncoders({ threads: 2, maxWaiting: 64, batchBytes: DEFAULTS.columnarBatchBytes })
+
+export function specOf (dataset: Dataset, options: { limit?: number, archiveType?: ArchiveType, entities?: readonly Entity[], batchBytes?: number } = {}): DownloadSpec {
   return {
     dataset,
     entities: options.entities ?? dataset.entities,
@@ -64,7 +68,8 @@ export function specOf (dataset: Dataset, options: { limit?: number, archiveType
     tarSpool,
     responseStarted: false,
     abort: new DownloadAbort(),
-    pace: new Pace()
+    pace: new Pace(),
+    columnar: { batchBytes: options.batchBytes ?? DEFAULTS.columnarBatchBytes, encoders: parquetEncoders, codec: 'SNAPPY' }
   }
 }
 

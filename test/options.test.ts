@@ -1,5 +1,6 @@
 import Fastify from 'fastify'
 import t from 'tap'
+import { zstdAvailable } from '../lib/formats/parquet-row-group.js'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import dataEndpoints, { SqliteStorage, type DataEndpointsOptions } from '../lib/index.js'
@@ -58,7 +59,15 @@ const BAD: Array<[string, Partial<Record<keyof DataEndpointsOptions, unknown>>, 
   ['downloadChunkSize too small', { downloadChunkSize: 512 }, /"downloadChunkSize" must be an integer from 1024 to 16777216/],
   ['downloadChunkSize fractional', { downloadChunkSize: 65536.5 }, /"downloadChunkSize"/],
   ['compression not a boolean', { compression: 'yes' }, /"compression" must be a boolean/],
-  ['renderedBodyCacheBytes negative', { renderedBodyCacheBytes: -1 }, /"renderedBodyCacheBytes" must be an integer from 0 to/]
+  ['renderedBodyCacheBytes negative', { renderedBodyCacheBytes: -1 }, /"renderedBodyCacheBytes" must be an integer from 0 to/],
+  ['columnarBatchBytes too small', { columnarBatchBytes: 1024 }, /"columnarBatchBytes" must be an integer from 65536 to 1073741824/],
+  ['parquetThreads zero', { parquetThreads: 0 }, /"parquetThreads" must be an integer from 1 to 64/],
+  ['parquetMaxWaiting fractional', { parquetMaxWaiting: 1.5 }, /"parquetMaxWaiting"/],
+  ['parquetCompression unknown', { parquetCompression: 'lz4' }, /"parquetCompression" must be "snappy", "zstd" or "none"/],
+  ['renderedFiles not an object', { renderedFiles: '/tmp' }, /"renderedFiles" must be an object/],
+  ['renderedFiles with a misspelt field', { renderedFiles: { maxByte: 1 } }, /"renderedFiles" has no field "maxByte"/],
+  ['renderedFiles.maxBytes negative', { renderedFiles: { maxBytes: -1 } }, /"renderedFiles.maxBytes" must be an integer from 0/],
+  ['renderedFiles.directory missing', { renderedFiles: { directory: join(tmpdir(), 'fde-no-such-folder') } }, /"renderedFiles.directory" must be an existing folder this process can write to/]
 ]
 
 for (const [name, override, message] of BAD) {
@@ -77,6 +86,15 @@ t.test('valid options register and the defaults apply', async (t) => {
   await app.ready()
   t.ok(app.hasRoute({ method: 'GET', url: '/api-keys/:organization/:project/keys' }), 'management under /api-keys')
   t.ok(app.hasRoute({ method: 'GET', url: '/api/job/:jobId' }))
+})
+
+t.test('parquetCompression zstd: taken where Node has Zstandard, refused with a clear message where not', async (t) => {
+  if (zstdAvailable()) {
+    t.equal(resolveOptions({ ...validOptions(), parquetCompression: 'zstd' }).parquetCompression, 'zstd')
+  } else {
+    t.throws(() => resolveOptions({ ...validOptions(), parquetCompression: 'zstd' }), /"parquetCompression" "zstd" needs Node.js 22.15 or later/)
+  }
+  t.same(resolveOptions(validOptions()).renderedFiles, { directory: tmpdir(), maxBytes: 1024 ** 3 })
 })
 
 t.test('tarSpool: the defaults, and a partial object keeps the other defaults', async (t) => {

@@ -4,6 +4,7 @@ import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import t from 'tap'
+import { duckdbQuery, parquetFolder } from './columnar-readers.js'
 import { ROOT } from './example-process.js'
 
 // The package as an integrator gets it: `npm pack` (whose prepack builds
@@ -318,6 +319,13 @@ t.test('the installed plugin serves an authenticated download; its client and co
   const download = await fetch(`${url}?format=json`, { headers: { authorization: `Bearer ${key}` } })
   t.equal(download.status, 200)
   t.same(await download.json(), ROWS_JSON, 'the dataset over real HTTP')
+  // Its encoding thread runs from dist/, loaded by its URL rather than imported.
+  const parquet = await fetch(`${url}?format=parquet`, { headers: { authorization: `Bearer ${key}` } })
+  t.equal(parquet.status, 200)
+  const file = Buffer.from(await parquet.arrayBuffer())
+  const save = await parquetFolder(t)
+  t.same(await duckdbQuery(`SELECT id, text FROM '${await save('greetings.parquet', file)}' ORDER BY id`),
+    ROWS_JSON.greetings.map((g) => [g.id, g.text]), 'the same rows as Parquet, encoded by the packed worker')
   const page = await fetch(`${address}/api-keys/ui/`)
   t.equal(page.status, 200)
   t.match(page.headers.get('content-type'), /^text\/html/, 'the management page ships and is served')

@@ -5,7 +5,7 @@ import { UsageError } from './errors.js'
 // Checked locally because the server answers an unknown format with 500,
 // which the retry policy would retry five times for nothing.
 
-export const DATASET_FORMATS = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'] as const satisfies readonly FormatName[]
+export const DATASET_FORMATS = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader', 'csv', 'parquet', 'parquet-zip', 'arrow'] as const satisfies readonly FormatName[]
 export const ARCHIVE_TYPES = ['zip', 'tar'] as const satisfies readonly ArchiveType[]
 export const META_VALUES = ['entities', 'ddl'] as const
 // Fails to compile if the server gains a format the client does not list.

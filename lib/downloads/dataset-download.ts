@@ -7,13 +7,21 @@ import { DownloadAbort } from '../formats/download-abort.js'
 import { InvalidParameterError, UnknownFormatError } from '../errors.js'
 import { isPlainInteger } from '../inputs.js'
 import { checkEntities } from '../formats/entity-model.js'
-import { ARCHIVE_TYPES, FORMATS, isFormatName, type ArchiveType, type DownloadSpec, type FormatName } from '../formats/index.js'
+import {
+  ARCHIVE_TYPES, FORMATS, ONE_ENTITY_FORMATS, isFormatName, type ArchiveType, type ColumnarSettings, type Download, type DownloadSpec,
+  type FormatName
+} from '../formats/index.js'
 import { oracleDdl } from '../formats/oracle.js'
 import { DEFAULT_CHUNK_SIZE, Pace } from '../formats/pace.js'
 import { ddlFor } from '../formats/sql.js'
 import type { TarSpool } from '../formats/tar-spool.js'
 import type { PluginMetrics } from '../metrics.js'
 import type { RenderedBodies } from './rendered-bodies.js'
+import { contentDisposition } from './content-disposition.js'
+import { sendFile } from './file-reply.js'
+import type { RenderedFiles } from './rendered-files.js'
+
+export { contentDisposition }
 
 export interface DownloadQuery {
   format: FormatName
@@ -51,18 +59,10 @@ export function parseDownloadQuery (query: Record<string, unknown>, dataset: Dat
     if (chosen === undefined) throw new InvalidParameterError('Invalid entity: the dataset has no entity of that name')
     entities = [chosen]
   }
+  if (meta === undefined && ONE_ENTITY_FORMATS.includes(format) && entities.length !== 1) {
+    throw new InvalidParameterError(`Invalid entity: ${format} holds one entity; name one with entity=`)
+  }
   return { format, entities, meta, archiveType, limit }
-}
-
-/**
- * `attachment` with an ASCII fallback name and the exact UTF-8 name (RFC 6266).
- * encodeURIComponent leaves `'()*` as they are, which RFC 8187 does not allow
- * in the extended value, so they are escaped too.
- */
-export function contentDisposition (fileName: string): string {
-  const ascii = fileName.replace(/[^A-Za-z0-9._-]+/g, '_')
-  const extended = encodeURIComponent(fileName).replace(/['()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase())
-  return `attachment; filename="${ascii}"; filename*=UTF-8''${extended}`
 }
 
 /** What a download needs from the plugin besides the request and the dataset. */
@@ -72,6 +72,10 @@ export interface DownloadContext {
   chunkSize: number
   /** small rendered bodies by ETag; null when turned off */
   renderedBodies: RenderedBodies | null
+  /** rendered Parquet and Arrow files by ETag, served with Range; null when turned off */
+  renderedFiles: RenderedFiles | null
+  /** Parquet's and Arrow's batch size, encoders and compression */
+  columnar: ColumnarSettings
   metrics: PluginMetrics | null
   /** whether answers may be compressed (then they vary by Accept-Encoding) */
   compression: boolean
@@ -117,6 +121,29 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   }
 
   const { metrics } = context
+  // Parquet and Arrow of a dataset with a revision: rendered once, read in place.
+  if (etag !== undefined && context.renderedFiles !== null && RENDERED_FORMATS.has(q.format)) {
+    const lease = await context.renderedFiles.lease(etag, (stop) => {
+      const abort = new DownloadAbort()
+      stop.addEventListener('abort', () => { abort.abort() }, { once: true })
+      return FORMATS[q.format](downloadSpec(dataset, q, context, abort))
+    })
+    if (lease !== null) {
+      const { file } = lease
+      const answer = sendFile(request, reply, file, lease.release)
+      if (request.method !== 'HEAD') metrics?.downloadSent(q.format, Number(reply.getHeader('content-length') ?? 0))
+      return answer
+    }
+    // Larger than the cache's budget, or no room in it now: streamed as without a revision.
+  }
+
+  if (request.method === 'HEAD') {
+    // The headers the GET would send, without reading a row (limit 0).
+    const download = FORMATS[q.format](downloadSpec(dataset, { ...q, limit: 0 }, context, new DownloadAbort()))
+    disposeBody(download)
+    return sendBody(reply, download.contentType, download.fileName, undefined)
+  }
+
   const cached = etag === undefined ? undefined : context.renderedBodies?.get(etag)
   if (cached !== undefined) {
     metrics?.downloadSent(q.format, byteLength(cached.body))
@@ -128,16 +155,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort()
   })
-  const spec: DownloadSpec = {
-    dataset,
-    entities: q.entities,
-    limit: q.limit,
-    archiveType: q.archiveType,
-    tarSpool: context.tarSpool,
-    responseStarted: false,
-    abort,
-    pace: new Pace(context.chunkSize)
-  }
+  const spec = downloadSpec(dataset, q, context, abort)
   const download = FORMATS[q.format](spec)
   const sent = metrics === null ? undefined : (bytes: number): void => { metrics.downloadSent(q.format, bytes) }
   let body: Buffer | string | Readable
@@ -170,7 +188,31 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   return sendBody(reply, download.contentType, download.fileName, body)
 }
 
-function sendBody (reply: FastifyReply, contentType: string, fileName: string, body: Buffer | string | Readable): FastifyReply {
+/** The formats served from rendered files when the dataset has a revision. */
+const RENDERED_FORMATS = new Set<FormatName>(['parquet', 'arrow'])
+
+function downloadSpec (dataset: Dataset, q: DownloadQuery, context: DownloadContext, abort: DownloadAbort): DownloadSpec {
+  return {
+    dataset,
+    entities: q.entities,
+    limit: q.limit,
+    archiveType: q.archiveType,
+    tarSpool: context.tarSpool,
+    responseStarted: false,
+    abort,
+    pace: new Pace(context.chunkSize),
+    columnar: context.columnar
+  }
+}
+
+/** Stops a body that will not be read (a HEAD). */
+function disposeBody (download: Download): void {
+  const { body } = download
+  if (body instanceof Readable) body.destroy()
+  else void (body as AsyncGenerator<unknown>).return?.(undefined)
+}
+
+function sendBody (reply: FastifyReply, contentType: string, fileName: string, body: Buffer | string | Readable | undefined): FastifyReply {
   return reply
     .type(contentType)
     .header('content-disposition', contentDisposition(fileName))

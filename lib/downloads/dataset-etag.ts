@@ -29,14 +29,20 @@ export function datasetEtag (ref: ResourceRef, revision: string, shape: BodyShap
   return `W/"${digest.slice(0, 27)}"`
 }
 
-/** Whether an `If-None-Match` header names `etag`, by weak comparison, or is `*`. */
+/**
+ * Whether an `If-None-Match` header names `etag`, by weak comparison, or is
+ * `*`. A rendered file's strong ETag (rendered-files.ts) is the download's
+ * opaque tag with `.<hash of the bytes>` before its closing quote: it names
+ * the same download.
+ */
 export function ifNoneMatchHits (header: string | string[] | undefined, etag: string): boolean {
   if (header === undefined) return false
   const opaque = etag.replace(/^W\//, '')
+  const fileTagStart = opaque.slice(0, -1) + '.'
   for (const list of Array.isArray(header) ? header : [header]) {
     for (const item of list.split(',')) {
-      const tag = item.trim()
-      if (tag === '*' || tag.replace(/^W\//, '') === opaque) return true
+      const tag = item.trim().replace(/^W\//, '')
+      if (tag === '*' || tag === opaque || tag.startsWith(fileTagStart)) return true
     }
   }
   return false

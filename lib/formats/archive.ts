@@ -21,6 +21,8 @@ import { SpooledEntry, type TarSpool } from './tar-spool.js'
 
 export interface ArchiveEntry {
   name: string
+  /** zip: stored as it is, for content that is compressed already (Parquet) */
+  stored?: boolean
   /** the entry's content, started when the archive reaches the entry */
   content: () => AsyncIterable<string | Buffer>
 }
@@ -34,7 +36,7 @@ export function zipArchive (entries: readonly ArchiveEntry[], mtime = new Date()
   zip.on('error', fail)
   out.once('close', () => current?.destroy())
   for (const entry of entries) {
-    zip.addReadStreamLazy(entry.name, { mtime, mode: 0o100644 }, (callback) => {
+    zip.addReadStreamLazy(entry.name, { mtime, mode: 0o100644, compress: entry.stored !== true }, (callback) => {
       current = Readable.from(entry.content(), { objectMode: false })
       current.once('error', fail)
       callback(null, current)

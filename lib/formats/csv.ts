@@ -47,3 +47,14 @@ export const csvZipFormat: DownloadFormat = (spec) => {
   }))
   return archiveDownload(spec, 'csv', archiveBody(entries, spec))
 }
+
+/** `csv`: one entity as `<entity>.csv` (the query has checked there is one). */
+export const csvFormat: DownloadFormat = (spec) => {
+  if (spec.entities.length !== 1) throw new Error(`csv holds one entity, and the download has ${spec.entities.length}`)
+  const entity = spec.entities[0]
+  return {
+    contentType: 'text/csv; charset=utf-8',
+    fileName: `${archiveFileNames([entity])[0]}.csv`,
+    body: csvChunks(spec, entity)
+  }
+}

@@ -1,10 +1,12 @@
-import { csvZipFormat } from './csv.js'
+import { arrowFormat } from './arrow.js'
+import { csvFormat, csvZipFormat } from './csv.js'
 import { jsonFormat, jsonZipFormat } from './json.js'
 import { oracleLoaderFormat } from './oracle.js'
+import { parquetFormat, parquetZipFormat } from './parquet.js'
 import { sqlFormat } from './sql.js'
 import { FORMAT_NAMES, type DownloadFormat, type FormatName } from './types.js'
 
-// The download formats of SPEC.md §4.1. Each turns a dataset into a byte
+// The download formats of SPEC.md §4.1, and those DESIGN.md §2 adds. Each turns a dataset into a byte
 // stream that pulls rows only as fast as the client reads them.
 
 export * from './types.js'
@@ -14,7 +16,11 @@ export const FORMATS: Record<FormatName, DownloadFormat> = {
   json: jsonFormat,
   'csv-zip': csvZipFormat,
   'json-zip': jsonZipFormat,
-  'oracle-loader': oracleLoaderFormat
+  'oracle-loader': oracleLoaderFormat,
+  csv: csvFormat,
+  parquet: parquetFormat,
+  'parquet-zip': parquetZipFormat,
+  arrow: arrowFormat
 }
 
 export function isFormatName (value: unknown): value is FormatName {

@@ -58,13 +58,13 @@ export interface EntityText {
   tail: () => string
 }
 
-function isSyncIterable (value: object): value is Iterable<Row> {
+export function isSyncIterable (value: object): value is Iterable<Row> {
   return typeof (value as Iterable<Row>)[Symbol.iterator] === 'function' &&
     typeof (value as AsyncIterable<Row>)[Symbol.asyncIterator] !== 'function'
 }
 
 // %AsyncGeneratorPrototype%, which every `async function *` object inherits.
-const AsyncGeneratorPrototype = Object.getPrototypeOf(async function * () {}).prototype as AsyncGenerator<Row>
+export const AsyncGeneratorPrototype = Object.getPrototypeOf(async function * () {}).prototype as AsyncGenerator<Row>
 
 /**
  * Whether `value` is an async generator object, told by its prototype chain
@@ -74,7 +74,7 @@ const AsyncGeneratorPrototype = Object.getPrototypeOf(async function * () {}).pr
  * `Symbol.iterator` or `Symbol.asyncIterator` on them misses V8's inline
  * caches every time: a few microseconds per entity on a small download.
  */
-function isAsyncGenerator (value: object): value is AsyncGenerator<Row> {
+export function isAsyncGenerator (value: object): value is AsyncGenerator<Row> {
   return Object.getPrototypeOf(Object.getPrototypeOf(value)) === AsyncGeneratorPrototype
 }
 
@@ -86,7 +86,7 @@ function isAsyncGenerator (value: object): value is AsyncGenerator<Row> {
  * `get signal ()` is a new closure and a new hidden class each time, which
  * cost more per entity than writing a few rows.
  */
-class LazySignalOptions implements RowsOptions {
+export class LazySignalOptions implements RowsOptions {
   static readonly #signal: PropertyDescriptor = {
     get (this: LazySignalOptions) { return this.#abort.signal },
     enumerable: true,

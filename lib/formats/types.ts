@@ -1,13 +1,17 @@
 import type { Dataset, Entity } from '../host/dataset-source.js'
 import type { DownloadAbort } from './download-abort.js'
 import type { Pace } from './pace.js'
+import type { ParquetEncoders } from './parquet-encoders.js'
+import type { ParquetCodec } from './parquet-row-group.js'
 import type { TarSpool } from './tar-spool.js'
 
 // What every download format shares: the names, what a format is given, and
 // what it gives back. It imports no format, so the formats import it, and the
 // registry (index.ts) imports both, with no circle between them.
 
-export const FORMAT_NAMES = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'] as const
+export const FORMAT_NAMES = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader', 'csv', 'parquet', 'parquet-zip', 'arrow'] as const
+/** Formats that hold one entity: a dataset with several needs `entity`. */
+export const ONE_ENTITY_FORMATS: readonly FormatName[] = ['csv', 'parquet', 'arrow']
 export type FormatName = typeof FORMAT_NAMES[number]
 export const ARCHIVE_TYPES = ['zip', 'tar'] as const
 export type ArchiveType = typeof ARCHIVE_TYPES[number]
@@ -27,6 +31,17 @@ export interface DownloadSpec {
   abort: Pick<DownloadAbort, 'aborted' | 'signal'>
   /** its chunk size and its share of the event loop */
   pace: Pace
+  /** Parquet and Arrow */
+  columnar: ColumnarSettings
+}
+
+export interface ColumnarSettings {
+  /** bytes of values in one Parquet row group or Arrow record batch */
+  batchBytes: number
+  /** the worker threads that encode Parquet row groups */
+  encoders: ParquetEncoders
+  /** Parquet's compression of its pages */
+  codec: ParquetCodec
 }
 
 export interface Download {

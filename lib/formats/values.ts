@@ -36,6 +36,12 @@ export function integerValue (value: unknown): number | null {
 
 /** bigint: a 64-bit signed integer, as canonical decimal text. */
 export function bigintText (value: unknown): string | null {
+  const n = toBigint(value)
+  return n === null ? null : n.toString()
+}
+
+/** bigint: a 64-bit signed integer, as a bigint. */
+export function toBigint (value: unknown): bigint | null {
   if (value === null || value === undefined) return null
   let n: bigint
   if (typeof value === 'bigint') n = value
@@ -43,7 +49,7 @@ export function bigintText (value: unknown): string | null {
   else if (typeof value === 'string' && INTEGER_TEXT.test(value)) n = BigInt(value)
   else throw new ValueError('a bigint column needs an integer (bigint, safe-integer number or decimal text)')
   if (n < INT64_MIN || n > INT64_MAX) throw new ValueError('bigint out of range (64-bit)')
-  return n.toString()
+  return n
 }
 
 const DECIMAL_TEXT = /^([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?$/

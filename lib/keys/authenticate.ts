@@ -141,8 +141,9 @@ export function authenticateHook ({ storage, verifier, usage, throttle, requireH
     reply.header('cache-control', 'no-store')
     const locator = parseLocator(request.params as DataRouteParams)
     if (locator === null) throw new NotFoundError()
-    const allowed = locator.type === 'dataset' ? 'GET' : 'POST'
-    if (request.method !== allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: allowed } })
+    // HEAD asks for a dataset's headers (a reader that queries a file in place asks for its length first).
+    const allowed = locator.type === 'dataset' ? request.method === 'GET' || request.method === 'HEAD' : request.method === 'POST'
+    if (!allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: locator.type === 'dataset' ? 'GET, HEAD' : 'POST' } })
     if (requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
 
     const supplied = suppliedKey(request)

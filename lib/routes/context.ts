@@ -1,5 +1,7 @@
 import type { FailureThrottle } from '../keys/failure-throttle.js'
 import type { TarSpool } from '../formats/tar-spool.js'
+import type { ParquetEncoders } from '../formats/parquet-encoders.js'
+import type { RenderedFiles } from '../downloads/rendered-files.js'
 import type { IdempotencyReleaser } from './idempotency-releaser.js'
 import type { KeyHasher } from '../keys/key-hasher.js'
 import type { KeyVerifier } from '../keys/key-verifier.js'
@@ -26,6 +28,10 @@ export interface PluginContext {
   tarSpool: TarSpool
   /** small rendered downloads by ETag; null when `renderedBodyCacheBytes` is 0 */
   renderedBodies: RenderedBodies | null
+  /** rendered Parquet and Arrow files by ETag; null when `renderedFiles.maxBytes` is 0 */
+  renderedFiles: RenderedFiles | null
+  /** the worker threads that encode Parquet row groups */
+  parquetEncoders: ParquetEncoders
   /** whether the host's Fastify has a logger (at any level, silent included: levels change at run time) */
   logs: boolean
 }

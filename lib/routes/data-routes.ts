@@ -7,6 +7,7 @@ import { authenticateHook, type AuthenticatedCall } from '../keys/authenticate.j
 import type { PluginContext } from './context.js'
 import type { ResourceRef } from '../host/dataset-source.js'
 import { sendDataset, type DownloadContext } from '../downloads/dataset-download.js'
+import { PARQUET_CODECS } from '../formats/parquet-row-group.js'
 import { errorCodeOf, errorMessageOf, noteFailure, sendError } from './error-reply.js'
 import {
   BadRequestError, DatasetNotFoundError, IdempotencyInProgressError, PipelineNotFoundError
@@ -55,8 +56,12 @@ export interface JobReference {
   job_url: string
 }
 
-/** sql, json, meta=ddl, tar, and the JSON answers (a long error, a job reference). */
-const COMPRESSIBLE_TYPES = /^(application\/(sql|json|x-tar)|text\/plain)(;|$)/
+/**
+ * sql, json, csv, meta=ddl, tar, and the JSON answers (a long error, a job
+ * reference). Not Parquet nor Arrow: Parquet is compressed inside, and both
+ * are read in place by byte ranges, which must count the bytes of the file.
+ */
+const COMPRESSIBLE_TYPES = /^(application\/(sql|json|x-tar)|text\/(plain|csv))(;|$)/
 
 /** The data routes and their key hook, in their own encapsulated context. */
 export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginContext }): Promise<void> {
@@ -97,6 +102,12 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
     tarSpool: ctx.tarSpool,
     chunkSize: options.downloadChunkSize,
     renderedBodies: ctx.renderedBodies,
+    renderedFiles: ctx.renderedFiles,
+    columnar: {
+      batchBytes: options.columnarBatchBytes,
+      encoders: ctx.parquetEncoders,
+      codec: PARQUET_CODECS[options.parquetCompression]
+    },
     metrics: ctx.metrics,
     compression: options.compression,
     noteFailure

@@ -1,5 +1,9 @@
 import { Type, type Static } from 'typebox'
-import { IdempotencyInProgressError, TarSpoolFullError, TooManyFailuresError, VerificationBusyError } from '../errors.js'
+import {
+  IdempotencyInProgressError, ParquetEncodersBusyError, SUPPORTED_FORMATS as FORMAT_LIST, TarSpoolFullError, TooManyFailuresError,
+  VerificationBusyError
+} from '../errors.js'
+import { FORMAT_NAMES } from '../formats/types.js'
 import { AUDIT_ACTIONS, MAX_ENDPOINT_KEYS, USAGE_OUTCOMES } from '../storage/storage.js'
 
 // TypeBox schemas of the management API (DESIGN.md §4). The same schemas
@@ -254,17 +258,20 @@ export const DataRouteParams = Type.Object({
 })
 
 export const DatasetQuery = Type.Object({
-  format: Type.Optional(Type.Enum(['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'], {
-    type: 'string', default: 'sql', description: 'download format; another value answers 500 Unknown download format'
+  format: Type.Optional(Type.Enum([...FORMAT_NAMES], {
+    type: 'string',
+    default: 'sql',
+    description: 'download format; another value answers 500 Unknown download format. `csv`, `parquet` and `arrow` hold one entity: ' +
+      'a dataset with several needs `entity`'
   })),
-  entity: Type.Optional(Type.String({ description: 'only this entity (table); default all entities' })),
+  entity: Type.Optional(Type.String({ description: 'only this entity (table); default all entities (required with csv, parquet and arrow when the dataset has several)' })),
   meta: Type.Optional(Type.Enum(['entities', 'ddl'], {
     type: 'string',
     description: '`entities`: a JSON array of the entity names; `ddl`: the schema DDL (Oracle for format=oracle-loader)'
   })),
   archiveType: Type.Optional(Type.Enum(['zip', 'tar'], {
     type: 'string',
-    default: 'zip', description: 'archive of csv-zip, json-zip and oracle-loader'
+    default: 'zip', description: 'archive of csv-zip, json-zip, oracle-loader and parquet-zip'
   })),
   limit: Type.Optional(Type.Integer({ minimum: 0, description: 'at most this many records per entity' }))
 })
@@ -298,7 +305,14 @@ export const DatasetHeaders = Type.Object({
     description: 'the `ETag` of a download kept before: 304 with no body while the dataset\'s revision and the query are the same'
   })),
   'accept-encoding': Type.Optional(Type.String({
-    description: '`br` or `gzip` compresses sql, json, `meta=ddl` and tar answers (zip archives are compressed already)'
+    description: '`br` or `gzip` compresses sql, json, csv, `meta=ddl` and tar answers (zip archives, Parquet and Arrow are not compressed again)'
+  })),
+  range: Type.Optional(Type.String({
+    description: '`bytes=<first>-<last>`, `bytes=<first>-` or `bytes=-<suffix>`: one range of a parquet or arrow download of a dataset with a ' +
+      'revision, answered 206 (416 past the end). Several ranges are answered with the whole file (200). Ignored for other downloads'
+  })),
+  'if-range': Type.Optional(Type.String({
+    description: 'the strong `ETag` of the file: the Range applies only while the file is still the same, else the whole file comes (200)'
   }))
 })
 
@@ -321,7 +335,22 @@ export const DatasetResponses = {
       'application/json': { schema: Type.Unknown({ description: 'format=json: one object keyed by entity name, each an array of row objects; meta=entities: an array of names' }) },
       'application/zip': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=zip' }) },
       'application/x-tar': { schema: Type.String({ format: 'binary', description: 'csv-zip, json-zip, oracle-loader with archiveType=tar' }) },
+      'text/csv': { schema: Type.String({ description: 'format=csv: one entity, RFC 4180 with a header row' }) },
+      'application/vnd.apache.parquet': { schema: Type.String({ format: 'binary', description: 'format=parquet: one entity' }) },
+      'application/vnd.apache.arrow.stream': { schema: Type.String({ format: 'binary', description: 'format=arrow: one entity, an Arrow IPC stream' }) },
       'text/plain': { schema: Type.String({ description: 'meta=ddl' }) }
+    }
+  },
+  206: {
+    description: 'one byte range of a parquet or arrow download of a dataset with a revision (`Range`). A counted, successful call, as a 200 is',
+    headers: {
+      'content-range': Type.String({ description: '`bytes <first>-<last>/<length>`' }),
+      'accept-ranges': Type.String({ description: '`bytes`' }),
+      etag: Type.String({ description: 'strong: the hash of the file\'s bytes, after the download\'s own tag' })
+    },
+    content: {
+      'application/vnd.apache.parquet': { schema: Type.String({ format: 'binary' }) },
+      'application/vnd.apache.arrow.stream': { schema: Type.String({ format: 'binary' }) }
     }
   },
   304: {
@@ -331,15 +360,21 @@ export const DatasetResponses = {
   // parseDownloadQuery's messages (dataset-download.ts), written there inline;
   // openapi.test.ts checks each against a real answer.
   400: errorBody('`Invalid archiveType: must be one of zip, tar`, `Invalid meta: must be one of entities, ddl`, ' +
-    '`Invalid limit: must be a non-negative integer` or `Invalid entity: the dataset has no entity of that name`'),
+    '`Invalid limit: must be a non-negative integer`, `Invalid entity: the dataset has no entity of that name` or ' +
+    '`Invalid entity: <format> holds one entity; name one with entity=` (csv, parquet, arrow without `entity` on a dataset with several)'),
   403: Refused,
   404: errorBody('`Not found` (a sequence that is not a positive integer) or `Dataset not found`'),
   405: WrongMethod,
+  416: Type.Object({ message: Type.String() }, {
+    description: '`Range not satisfiable: the file has <length> bytes`: the Range starts past the end of the file',
+    headers: { 'content-range': Type.String({ description: '`bytes */<length>`' }) }
+  }),
   429: TooMany,
-  500: errorBody('`Unknown download format <value>, supported formats = json|sql|csv-zip|json-zip|oracle-loader`, or the server\'s message'),
+  500: errorBody(`\`Unknown download format <value>, supported formats = ${FORMAT_LIST}\`, or the server's message`),
   503: Type.Object({ message: Type.String() }, {
     description: `${quoted(TarSpoolFullError)}: archiveType=tar holds each entry on disk until its size is known, ` +
-      'and the disk budget for that (option `tarSpool.maxBytes`) is taken by other downloads or is smaller than the entry',
+      'and the disk budget for that (option `tarSpool.maxBytes`) is taken by other downloads or is smaller than the entry; or ' +
+      `${quoted(ParquetEncodersBusyError)}: more Parquet downloads wait for an encoding thread than option \`parquetMaxWaiting\` allows`,
     headers: RetryAfterHeader
   })
 }

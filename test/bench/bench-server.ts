@@ -23,6 +23,7 @@ import { memoHmac } from '../../lib/keys/memo-hmac.js'
 import { sendDataset } from '../../lib/downloads/dataset-download.js'
 import { TarSpool } from '../../lib/formats/tar-spool.js'
 import { DEFAULTS } from '../../lib/options.js'
+import { benchColumnar } from './bench-columnar.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'fde-bench-'))
@@ -88,7 +89,7 @@ async function sampleDataset (): Promise<Dataset> {
   return dataset
 }
 // (Its json never spools; sendDataset takes a spool for tar all the same.)
-const download = { tarSpool: new TarSpool({ directory: dir, ...DEFAULTS.tarSpool }), chunkSize: DEFAULTS.downloadChunkSize, renderedBodies: null, metrics: null, compression: false }
+const download = { tarSpool: new TarSpool({ directory: dir, ...DEFAULTS.tarSpool }), chunkSize: DEFAULTS.downloadChunkSize, renderedBodies: null, renderedFiles: null, columnar: benchColumnar(), metrics: null, compression: false }
 async function sendSample (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   return sendDataset(request, reply, await sampleDataset(), SALES_REF, download)
 }

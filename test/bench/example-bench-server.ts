@@ -23,6 +23,7 @@ import { exampleDatabaseFile, SampleDatasets } from '../../examples/sample-datas
 import { sendDataset } from '../../lib/downloads/dataset-download.js'
 import { TarSpool } from '../../lib/formats/tar-spool.js'
 import { DEFAULTS } from '../../lib/options.js'
+import { benchColumnar } from './bench-columnar.js'
 
 const logLevel = process.env.LOG_LEVEL ?? 'info'
 const dir = mkdtempSync(join(tmpdir(), 'fde-bench-example-'))
@@ -77,7 +78,7 @@ hand.get('/hand/source', async (request, reply) => {
   return reply.type('application/json; charset=utf-8').send(JSON.stringify(document))
 })
 // (Its json never spools; sendDataset takes a spool for tar all the same.)
-const download = { tarSpool: new TarSpool({ directory: tmpdir(), ...DEFAULTS.tarSpool }), chunkSize: DEFAULTS.downloadChunkSize, renderedBodies: null, metrics: null, compression: false }
+const download = { tarSpool: new TarSpool({ directory: tmpdir(), ...DEFAULTS.tarSpool }), chunkSize: DEFAULTS.downloadChunkSize, renderedBodies: null, renderedFiles: null, columnar: benchColumnar(), metrics: null, compression: false }
 hand.get('/hand/download', async (request, reply) => {
   if (!keys.has(String(request.headers.authorization).slice(7))) return reply.code(403).send({ message: 'Unknown API key' })
   return sendDataset(request, reply, sales, SALES_REF, download)

@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import t, { type Test as T } from 'tap'
 import type { JobInfo } from '../../lib/client/index.js'
 import { DATASET_URL, PIPELINE_URL, assignKeys, buildApp, createKey } from '../helper.js'
+import { duckdbQuery, readArrowStream } from '../columnar-readers.js'
 import { API_KEY, DATASET_PATH, JOB_ID, KEY_PREFIX, PIPELINE_PATH, sendGzipped, sendJson, startServer } from '../client-server.js'
 
 // The `data-endpoints` command, run as a process from its TypeScript source
@@ -77,6 +78,23 @@ t.test('get --output writes the file, --progress shows the progress line', async
   t.same(readdirSync(dir), ['sales.json'], 'no .part file left')
   // A small download comes with its Content-Length: the line shows the whole.
   t.match(run.stderr, /^received (\d+) B of \1 B \(100%\) at \d+(\.\d)? (B|KiB|MiB)\/s\n$/m)
+})
+
+t.test('get --format parquet and arrow: the files DuckDB and flechette read, the progress in bytes', async (t) => {
+  const { base, key } = await plugin(t)
+  const dir = mkdtempSync(join(tmpdir(), 'fde-cli-'))
+  const file = join(dir, 'orders.parquet')
+  const run = await cli(t, ['get', `${base}${DATASET_URL}`, '--format', 'parquet', '--entity', 'orders', '--output', file, '--progress'], { DATA_ENDPOINTS_API_KEY: key })
+  t.equal(run.code, 0, run.stderr)
+  t.match(run.stderr, /^received \d+(\.\d)? (B|KiB) (of \d+(\.\d)? (B|KiB) \(100%\) )?at /m, 'the progress line counts bytes')
+  t.same(await duckdbQuery(`SELECT id, CAST(amount AS VARCHAR) FROM '${file}' ORDER BY id`), [[10, '19.99'], [11, '0.10']])
+  const arrow = join(dir, 'orders.arrows')
+  const arrowRun = await cli(t, ['get', `${base}${DATASET_URL}`, '--format', 'arrow', '--entity', 'orders', '--output', arrow], { DATA_ENDPOINTS_API_KEY: key })
+  t.equal(arrowRun.code, 0, arrowRun.stderr)
+  t.equal(readArrowStream(readFileSync(arrow)).numRows, 2)
+  const missing = await cli(t, ['get', `${base}${DATASET_URL}`, '--format', 'csv'], { DATA_ENDPOINTS_API_KEY: key })
+  t.equal(missing.code, 1)
+  t.match(missing.stderr, /csv holds one entity; name one with entity=/)
 })
 
 t.test('--progress on a streamed download of unknown length shows the bytes so far', async (t) => {

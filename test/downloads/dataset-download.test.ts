@@ -250,7 +250,7 @@ t.test('bad query values: 400 naming the parameter; an unknown format: 500 first
   }
   const format = await app.inject({ url: url('format=xml&limit=x&entity=nope') })
   t.equal(format.statusCode, 500)
-  t.same(format.json(), { message: 'Unknown download format xml, supported formats = json|sql|csv-zip|json-zip|oracle-loader' })
+  t.same(format.json(), { message: 'Unknown download format xml, supported formats = json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow' })
 })
 
 t.test('a column model no format can write answers 500 before anything streams', async (t) => {

@@ -53,12 +53,13 @@ t.test('first start, restart with the same data, graceful stop', async (t) => {
   t.same(curl.map((c) => [c.method, c.url.replace(baseUrl, ''), c.output]), [
     ['GET', '/api/acme/shop/model/1/dataset/1?format=json', undefined],
     ['GET', '/api/acme/shop/model/1/dataset/1?format=csv-zip', 'sales.zip'],
+    ['GET', '/api/acme/shop/model/1/dataset/1?format=parquet&entity=orders', 'orders.parquet'],
     ['POST', '/api/acme/shop/model/1/pipeline/1', undefined],
     ['GET', '/api/job/<job_id>', undefined],
     ['GET', '/api-keys/acme/shop/endpoints', undefined]
-  ], 'curl lines for json, csv-zip, the pipeline, the job and management')
-  const [datasetJson, csvZip, pipelinePost, jobStatus, management] = curl
-  for (const c of [datasetJson, csvZip, pipelinePost]) t.equal(c.headers.authorization, `Bearer ${key}`)
+  ], 'curl lines for json, csv-zip, parquet, the pipeline, the job and management')
+  const [datasetJson, csvZip, parquet, pipelinePost, jobStatus, management] = curl
+  for (const c of [datasetJson, csvZip, parquet, pipelinePost]) t.equal(c.headers.authorization, `Bearer ${key}`)
   t.equal(management.headers.authorization, `Bearer ${adminToken}`)
   t.same((await pasteCurl(management.line)).request.headers, { authorization: `Bearer ${adminToken}` },
     'a generated admin token is in the line itself: it works pasted as is')
@@ -66,6 +67,12 @@ t.test('first start, restart with the same data, graceful stop', async (t) => {
   // Authenticated data calls, counted per endpoint to check `calls` after a restart.
   let datasetCalls = 0
   let pipelineCalls = 0
+
+  const orders = await fetch(parquet.url, { headers: parquet.headers })
+  t.same([orders.status, orders.headers.get('content-type'), orders.headers.get('accept-ranges')],
+    [200, 'application/vnd.apache.parquet', 'bytes'], 'the orders as Parquet, rendered (the sample data has a revision)')
+  t.equal(Buffer.from(await orders.arrayBuffer()).subarray(0, 4).toString(), 'PAR1')
+  datasetCalls++
 
   const json = await send(datasetJson)
   datasetCalls++
@@ -153,7 +160,7 @@ t.test('first start, restart with the same data, graceful stop', async (t) => {
   t.notOk(logText.includes(key.slice(11)), 'nor its secret part')
   t.notOk(logText.includes(adminToken as string), 'nor the admin token')
   t.ok(logText.includes('api_key=[redacted]'), 'query keys are logged redacted')
-  t.equal(stopped.stdout.split(key).length - 1, 4, 'the key is printed in the start-up block only (once, plus 3 curl lines)')
+  t.equal(stopped.stdout.split(key).length - 1, 5, 'the key is printed in the start-up block only (once, plus 4 curl lines)')
 
   // Restart on the same data: no new demo key, counters and jobs kept.
   const again = await startServer(t, { DATA_DIR: dataDir })

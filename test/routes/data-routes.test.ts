@@ -10,7 +10,7 @@ import { rawRequest } from '../raw-http.js'
 // through the plugin as a host registers it.
 
 const UNKNOWN_FORMAT = (v: string): string =>
-  `Unknown download format ${v}, supported formats = json|sql|csv-zip|json-zip|oracle-loader`
+  `Unknown download format ${v}, supported formats = json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow`
 
 t.test('a valid key gets the dataset (200) and starts a pipeline (200)', async (t) => {
   const { app, jobs } = await buildApp(t)
@@ -103,7 +103,7 @@ t.test('a method the host adds to Fastify before registering the plugin gets 405
     getPermissions: () => []
   })
   t.teardown(() => app.close())
-  for (const [url, allow] of [[DATASET_URL, 'GET'], [PIPELINE_URL, 'POST']]) {
+  for (const [url, allow] of [[DATASET_URL, 'GET, HEAD'], [PIPELINE_URL, 'POST']]) {
     const res = await app.inject({ method: 'PROPFIND' as 'GET', url })
     t.equal(res.statusCode, 405, url)
     t.equal(res.headers.allow, allow)
@@ -206,10 +206,10 @@ t.test('405 with Allow for the wrong method, before any key check', async (t) =>
   const { app } = await buildApp(t)
   const cases: Array<[string, string, string]> = [
     ['GET', PIPELINE_URL, 'POST'],
-    ['POST', DATASET_URL, 'GET'],
-    ['PUT', DATASET_URL, 'GET'],
+    ['POST', DATASET_URL, 'GET, HEAD'],
+    ['PUT', DATASET_URL, 'GET, HEAD'],
     ['DELETE', PIPELINE_URL, 'POST'],
-    ['PATCH', DATASET_URL, 'GET'],
+    ['PATCH', DATASET_URL, 'GET, HEAD'],
     ['HEAD', PIPELINE_URL, 'POST']
   ]
   for (const [method, url, allow] of cases) {
@@ -224,7 +224,7 @@ t.test('500 with the exact message for an unknown format, after the key check', 
   const { app } = await buildApp(t)
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
-  for (const format of ['xml', 'JSON', '', 'csv']) {
+  for (const format of ['xml', 'JSON', '', 'tsv', 'PARQUET']) {
     const res = await app.inject({ url: DATASET_URL, query: { api_key: k.key, format } })
     t.equal(res.statusCode, 500, format)
     t.same(res.json(), { message: UNKNOWN_FORMAT(format) }, format)

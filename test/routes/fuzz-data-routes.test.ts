@@ -20,8 +20,8 @@ import { leaks } from '../secret-scan.js'
 // that no body carries a key or a stack, and that `calls` moved exactly by
 // the requests that authenticated.
 
-const FORMATS = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader']
-const SUPPORTED = 'json|sql|csv-zip|json-zip|oracle-loader'
+const FORMATS = ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader', 'csv', 'parquet', 'parquet-zip', 'arrow']
+const SUPPORTED = 'json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow'
 const REMOTE = '203.0.113.9'
 
 type Verdict = 'active' | 'inactive' | 'unknown'
@@ -107,11 +107,15 @@ function datasetAnswer (p: DataRequest['params']): Pick<Expected, 'status' | 'me
     return { status: 400, message: 'Invalid limit: must be a non-negative integer' }
   }
   if (p.entity !== undefined && !isOneOf(p.entity, ['customers', 'orders'])) return { status: 400, message: 'Invalid entity: the dataset has no entity of that name' }
+  if (p.format === 'csv' && p.meta === undefined && p.entity === undefined) {
+    return { status: 400, message: 'Invalid entity: csv holds one entity; name one with entity=' }
+  }
   if (p.meta === 'entities') return { status: 200, contentType: 'application/json; charset=utf-8' }
   if (p.meta === 'ddl') return { status: 200, contentType: 'text/plain; charset=utf-8' }
   const format = p.format ?? 'sql'
   if (format === 'json') return { status: 200, contentType: 'application/json; charset=utf-8' }
   if (format === 'sql') return { status: 200, contentType: 'application/sql; charset=utf-8' }
+  if (format === 'csv') return { status: 200, contentType: 'text/csv; charset=utf-8' }
   return { status: 200, contentType: p.archiveType === 'tar' ? 'application/x-tar' : 'application/zip' }
 }
 
@@ -136,8 +140,9 @@ function expected (r: DataRequest): Expected {
   const rs = sequenceOf(r.rs.text)
   const type = r.type.text
   if ((type !== 'dataset' && type !== 'pipeline') || ms === null || rs === null) return { status: 404, message: 'Not found', routed: true }
-  const allow = type === 'dataset' ? 'GET' : 'POST'
-  if (r.method !== allow) return { status: 405, message: 'Endpoint or method not allowed', allow, routed: true }
+  // A dataset answers HEAD as it answers GET, without the body.
+  const allowed = type === 'dataset' ? ['GET', 'HEAD'] : ['POST']
+  if (!allowed.includes(r.method)) return { status: 405, message: 'Endpoint or method not allowed', allow: allowed.join(', '), routed: true }
   if (r.client === REMOTE) return { status: 403, message: 'HTTPS required', routed: true }
   const verdict = suppliedVerdict(r)
   if (verdict === 'none') return { status: 403, message: 'Not authorized', routed: true }
@@ -274,7 +279,7 @@ function requestArbitrary (keys: Keys, transport: 'inject' | 'http'): fc.Arbitra
     queryKey,
     headerKey: header,
     params: fc.record({
-      format: param(['json', 'sql', 'csv-zip'], ['xml', 'JSON', '', 'csv', 'json-zip', 'oracle-loader']),
+      format: param(['json', 'sql', 'csv-zip', 'csv'], ['xml', 'JSON', '', 'tsv', 'Parquet', 'json-zip', 'oracle-loader']),
       meta: param(['entities', 'ddl'], ['columns', '', 'ENTITIES']),
       archiveType: param(['zip', 'tar'], ['rar', '', 'ZIP']),
       limit: param(['0', '1', '007'], ['-1', '1.5', '1e3', '0x10', '', '99999999999999999999', '1234567890123456789012345', '9007199254740991']),

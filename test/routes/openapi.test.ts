@@ -29,7 +29,7 @@ const ENDPOINT = '/api-keys/{organization}/{project}/endpoints/{modelSequence}/{
 // and job routes, §4 for management (plus 500, e.g. getPermissions failing,
 // and Fastify's 413 and 415 where a body is read).
 const EXPECTED: Record<string, string[]> = {
-  [`GET ${DATASET}`]: ['200', '304', '400', '403', '404', '405', '429', '500', '503'],
+  [`GET ${DATASET}`]: ['200', '206', '304', '400', '403', '404', '405', '416', '429', '500', '503'],
   [`POST ${PIPELINE}`]: ['200', '400', '403', '404', '405', '409', '429', '500'],
   'GET /api/job/{jobId}': ['200', '404', '500'],
   [`GET ${KEYS}`]: ['200', '400', '403', '500'],
@@ -135,7 +135,7 @@ t.test('the data routes: key security, the query of a download, the headers of a
 
   const query = Object.fromEntries((dataset.parameters ?? []).filter((p) => p.in === 'query').map((p) => [p.name, p]))
   t.same(Object.keys(query).sort(), ['archiveType', 'entity', 'format', 'limit', 'meta'])
-  t.same(query.format.schema.enum, ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader'])
+  t.same(query.format.schema.enum, ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader', 'csv', 'parquet', 'parquet-zip', 'arrow'])
   t.equal(query.format.schema.default, 'sql')
   t.same(query.meta.schema.enum, ['entities', 'ddl'])
   t.same(query.archiveType.schema.enum, ['zip', 'tar'])
@@ -143,7 +143,8 @@ t.test('the data routes: key security, the query of a download, the headers of a
   t.match(query.limit.schema, { type: 'integer', minimum: 0 })
   t.ok(Object.values(query).every((p) => p.required === false), 'all optional')
   t.same(Object.keys(dataset.responses['200'].content ?? {}).sort(),
-    ['application/json', 'application/sql', 'application/x-tar', 'application/zip', 'text/plain'])
+    ['application/json', 'application/sql', 'application/vnd.apache.arrow.stream', 'application/vnd.apache.parquet',
+      'application/x-tar', 'application/zip', 'text/csv', 'text/plain'])
 
   t.notOk(pipeline.parameters?.some((p) => p.in === 'query'), 'a run takes no download query')
   t.ok(pipeline.parameters?.some((p) => p.in === 'header' && p.name === 'idempotency-key'))
@@ -390,7 +391,7 @@ t.test('documenting the routes changed no answer: their checks still run first, 
   await assignKeys(app, 'dataset', [k.id])
   const cases: Array<[string, string, number, Record<string, string>]> = [
     ['GET', `${DATASET_URL}?format=xml&api_key=${k.key}`, 500,
-      { message: 'Unknown download format xml, supported formats = json|sql|csv-zip|json-zip|oracle-loader' }],
+      { message: 'Unknown download format xml, supported formats = json|sql|csv-zip|json-zip|oracle-loader|csv|parquet|parquet-zip|arrow' }],
     ['GET', `${DATASET_URL}?limit=abc&format=json&api_key=${k.key}`, 400, { message: 'Invalid limit: must be a non-negative integer' }],
     ['GET', `${DATASET_URL}?meta=all&api_key=${k.key}`, 400, { message: 'Invalid meta: must be one of entities, ddl' }],
     ['GET', '/api/acme/shop/model/0/dataset/1', 404, { message: 'Not found' }],
@@ -407,7 +408,7 @@ t.test('documenting the routes changed no answer: their checks still run first, 
     t.same([res.statusCode, res.json()], [status, body], `${method} ${url.replace(k.key, '<key>')}`)
   }
   const head = await app.inject({ method: 'HEAD', url: DATASET_URL })
-  t.same([head.statusCode, head.headers.allow], [405, 'GET'], 'HEAD on a dataset: 405, as before')
+  t.same([head.statusCode, head.headers.allow], [403, undefined], 'HEAD on a dataset goes through the key checks, as GET does')
   const limited = await app.inject(`${DATASET_URL}?format=json&limit=1&api_key=${k.key}`)
   t.equal(limited.statusCode, 200)
   t.equal(limited.json().customers.length, 1, 'limit reaches the handler as given')
