@@ -15,6 +15,7 @@ import { endpointPath } from './endpoint-path.js'
 import { dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
+import { LookupBatch } from './lookup-batch.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
 // on SQLite alone does not carry the driver (some 8 MB of memory).
@@ -174,6 +175,34 @@ const PURGE_INTERVAL_MS = 60_000
 // types them; PostgreSQL folds those to lower case). pg_ is reserved by PostgreSQL.
 const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/
 
+/** Most findEndpointKey lookups answered by one query. */
+const LOOKUP_BATCH = 64
+
+interface Lookup { locator: EndpointLocator, prefix: string | null }
+
+// The key's columns a lookup reads (k: the key, null when the prefix names
+// no key of the endpoint). Its expiry as epoch milliseconds: no Date parsed
+// per request.
+const LOOKUP_KEY_COLUMNS = 'k.id AS key_id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8 AS expires_ms'
+
+interface LookupRow {
+  i: string
+  endpoint_id: string
+  key_id: string | null
+  hash: string | null
+  is_active: boolean | null
+  expires_ms: number | null
+}
+
+function toLookup (row: LookupRow): EndpointKeyLookup {
+  return {
+    endpointId: row.endpoint_id,
+    key: row.key_id === null
+      ? null
+      : { id: row.key_id, hash: row.hash as string, isActive: row.is_active as boolean, expiresAt: row.expires_ms }
+  }
+}
+
 interface KeyRow {
   id: string
   organization: string
@@ -295,6 +324,7 @@ export class PgStorage implements Storage {
   private readonly endpointSelect: string
   private readonly lookupName: string
   private migrated: Promise<void> | null = null
+  private readonly lookups = new LookupBatch<Lookup, EndpointKeyLookup | null>((lookups) => this.lookupBatch(lookups), LOOKUP_BATCH)
   private lastPurge = 0
   private closed = false
 
@@ -353,12 +383,17 @@ export class PgStorage implements Storage {
     this.t = t
     this.endpointSelect = endpointSelect
     this.sql = {
-      lookup: `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at
-                 FROM ${t('endpoints')} e
-                 LEFT JOIN ${t('endpoint_keys')} ek ON ek.endpoint_id = e.id
-                       AND ek.key_id = (SELECT id FROM ${t('api_keys')} WHERE prefix = $6)
-                 LEFT JOIN ${t('api_keys')} k ON k.id = ek.key_id
-                WHERE ${locatorMatch}`,
+      // Many requests' key checks in one round trip (LookupBatch): $1..$6 are
+      // the lookups' columns, each answer row carries its lookup's number `i`
+      // (1-based). The key is joined only through its assignment to the
+      // endpoint. A column the check needs goes in LOOKUP_KEY_COLUMNS.
+      lookup: `SELECT l.i, e.id AS endpoint_id, ${LOOKUP_KEY_COLUMNS}
+                 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[])
+                      WITH ORDINALITY AS l (organization, project, model_sequence, type, resource_sequence, prefix, i)
+                 JOIN ${t('endpoints')} e ON e.organization = l.organization AND e.project = l.project
+                      AND e.model_sequence = l.model_sequence AND e.type = l.type AND e.resource_sequence = l.resource_sequence
+                 LEFT JOIN (${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id)
+                      ON ek.endpoint_id = e.id AND k.prefix = l.prefix`,
       // Rows are locked in id order, so that two instances flushing at once cannot deadlock.
       lockEndpoints: `SELECT 1 FROM ${t('endpoints')} WHERE id = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
       addCalls: `UPDATE ${t('endpoints')} e SET calls = e.calls + u.n
@@ -430,7 +465,7 @@ export class PgStorage implements Storage {
     }
     // Named, so each connection parses and plans the per-request lookup once;
     // the schema is in the name because the text differs per schema.
-    this.lookupName = 'fde_lookup_' + createHash('sha256').update(this.schema).digest('hex').slice(0, 16)
+    this.lookupName = 'fde_lookups_' + createHash('sha256').update(this.schema).digest('hex').slice(0, 16)
   }
 
   private query<R extends pg.QueryResultRow> (on: Queryable, text: string, values: unknown[] = [], name?: string): Promise<pg.QueryResult<R>> {
@@ -502,18 +537,21 @@ export class PgStorage implements Storage {
 
   async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
     if (hasNul(locator.organization, locator.project, locator.type)) return null
+    await this.migrate()
     // A prefix with NUL is no key's: the endpoint alone, as for an unknown prefix.
-    const keyPrefix = prefix !== null && hasNul(prefix) ? null : prefix
-    const { rows } = await this.run<{ endpoint_id: string, key_id: string | null, hash: string | null, is_active: boolean | null, expires_at: Date | null }>(
-      this.sql.lookup, [...locatorParams(locator), keyPrefix], this.lookupName)
-    if (rows.length === 0) return null
-    const row = rows[0]
-    return {
-      endpointId: row.endpoint_id,
-      key: row.key_id === null
-        ? null
-        : { id: row.key_id, hash: row.hash as string, isActive: row.is_active as boolean, expiresAt: row.expires_at?.getTime() ?? null }
-    }
+    return this.lookups.lookup({ locator, prefix: prefix !== null && hasNul(prefix) ? null : prefix })
+  }
+
+  /** One query for a batch of findEndpointKey lookups (LookupBatch), answered in their order. */
+  private async lookupBatch (lookups: Lookup[]): Promise<Array<EndpointKeyLookup | null>> {
+    const column = <T>(of: (l: Lookup) => T): T[] => lookups.map(of)
+    const { rows } = await this.query<LookupRow>(this.pool, this.sql.lookup, [
+      column((l) => l.locator.organization), column((l) => l.locator.project), column((l) => l.locator.modelSequence),
+      column((l) => l.locator.type), column((l) => l.locator.resourceSequence), column((l) => l.prefix)
+    ], this.lookupName)
+    const answers: Array<EndpointKeyLookup | null> = lookups.map(() => null)
+    for (const row of rows) answers[Number(row.i) - 1] = toLookup(row)
+    return answers
   }
 
   async applyUsage (batch: UsageBatch): Promise<void> {
