@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { createRequire } from 'node:module'
+import { setImmediate } from 'node:timers/promises'
 import type pg from 'pg'
 import {
   PrefixTakenError,
@@ -16,6 +17,7 @@ import { dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 import { LookupBatch } from './lookup-batch.js'
+import { mergeSeries } from './usage-series.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
 // on SQLite alone does not carry the driver (some 8 MB of memory).
@@ -364,13 +366,26 @@ export class PgStorage implements Storage {
          JOIN ${t('endpoints')} e ON e.id = v.endpoint_id
         WHERE v.count > 0
        ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = u.count + EXCLUDED.count`
-    const usageSelect = (table: string): string =>
+    // $1, $2: the project; $3: an endpoint id or null; [$4, $5): the range; $6: a key id or null.
+    const usageFrom = (table: string): string =>
+      `FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
+        WHERE e.organization = $1 AND e.project = $2 AND ($3::text IS NULL OR e.id = $3)
+          AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)`
+    // How many buckets, counted no further than $7.
+    const usageCount = (table: string): string => `SELECT count(*)::int AS n FROM (SELECT 1 ${usageFrom(table)} LIMIT $7) x`
+    // One row per endpoint, key and outcome, its buckets as text (UsageSeries):
+    // merged by start in JS, with turns of the event loop.
+    const usageSeries = (table: string): string =>
+      `SELECT u.endpoint_id, u.key_id, u.outcome,
+              string_agg((extract(epoch FROM u.start) * 1000)::bigint || ':' || u.count, ',' ORDER BY u.start) AS points
+         ${usageFrom(table)}
+        GROUP BY u.endpoint_id, u.key_id, u.outcome`
+    // The first $7 buckets in order, for a range that holds more than that.
+    const usageOrdered = (table: string): string =>
       // The start as epoch milliseconds: the driver would parse every row's
       // timestamptz text into a Date of its own, the most of a long answer's time.
       `SELECT (extract(epoch FROM u.start) * 1000)::float8 AS start_ms, u.endpoint_id, u.key_id, u.outcome, u.count
-         FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
-        WHERE e.organization = $1 AND e.project = $2 AND ($3::text IS NULL OR e.id = $3)
-          AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)
+         ${usageFrom(table)}
         ORDER BY u.start, u.endpoint_id COLLATE "C", u.key_id COLLATE "C", u.outcome COLLATE "C"
         LIMIT $7`
     const locatorMatch = 'e.organization = $1 AND e.project = $2 AND e.model_sequence = $3 AND e.type = $4 AND e.resource_sequence = $5'
@@ -403,8 +418,9 @@ export class PgStorage implements Storage {
                     FROM unnest($1::text[], $2::timestamptz[]) AS u (id, at) WHERE k.id = u.id`,
       addHourly: addUsage('usage_hourly'),
       addDaily: addUsage('usage_daily'),
-      usageByHour: usageSelect('usage_hourly'),
-      usageByDay: usageSelect('usage_daily'),
+      usageCount: { hour: usageCount('usage_hourly'), day: usageCount('usage_daily') },
+      usageSeries: { hour: usageSeries('usage_hourly'), day: usageSeries('usage_daily') },
+      usageOrdered: { hour: usageOrdered('usage_hourly'), day: usageOrdered('usage_daily') },
       pruneUsage: `WITH h AS (DELETE FROM ${t('usage_hourly')} WHERE start < $1 RETURNING 1),
                         d AS (DELETE FROM ${t('usage_daily')} WHERE start < $1 RETURNING 1)
                    SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM d) AS n`,
@@ -617,17 +633,41 @@ export class PgStorage implements Storage {
     throw new Error('PostgreSQL unavailable: a usage transaction is still in progress')
   }
 
+  async countUsage (project: ProjectRef, query: UsageQuery): Promise<number> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return 0
+    const { rows } = await this.run<{ n: number }>(this.sql.usageCount[query.granularity], [...this.usageParams(project, query), query.limit])
+    return rows[0].n
+  }
+
+  /**
+   * A range within the limit (counted first, reading no more than the limit)
+   * is read as series and merged in JS (usage-series.ts); one over it is
+   * read sorted, as far as the limit, which only a caller that asks for
+   * fewer rows than there are needs (the usage route counts first).
+   */
   async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
     if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return []
+    const params = this.usageParams(project, query)
+    if (await this.countUsage(project, { ...query, limit: query.limit + 1 }) <= query.limit) {
+      const { rows } = await this.run<{ endpoint_id: string, key_id: string, outcome: UsageOutcome, points: string }>(
+        this.sql.usageSeries[query.granularity], params)
+      return mergeSeries(rows.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
+    }
     const { rows } = await this.run<{ start_ms: number, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string }>(
-      query.granularity === 'day' ? this.sql.usageByDay : this.sql.usageByHour,
-      [project.organization, project.project, query.endpointId ?? null, query.from, query.to, query.keyId ?? null, query.limit])
+      this.sql.usageOrdered[query.granularity], [...params, query.limit])
     // Rows come by start: consecutive rows share one Date.
     let start = new Date(NaN)
-    return rows.map((r) => {
+    const answer: UsageRow[] = []
+    for (const r of rows) {
       if (start.getTime() !== r.start_ms) start = new Date(r.start_ms)
-      return { start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count) }
-    })
+      answer.push({ start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count) })
+      if (answer.length % 4096 === 0) await setImmediate()
+    }
+    return answer
+  }
+
+  private usageParams (project: ProjectRef, query: UsageQuery): unknown[] {
+    return [project.organization, project.project, query.endpointId ?? null, query.from, query.to, query.keyId ?? null]
   }
 
   async pruneUsage (before: Date): Promise<number> {
