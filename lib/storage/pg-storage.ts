@@ -373,13 +373,16 @@ export class PgStorage implements Storage {
           AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)`
     // How many buckets, counted no further than $7.
     const usageCount = (table: string): string => `SELECT count(*)::int AS n FROM (SELECT 1 ${usageFrom(table)} LIMIT $7) x`
-    // One row per endpoint, key and outcome, its buckets as text (UsageSeries):
-    // merged by start in JS, with turns of the event loop.
+    // One row per endpoint, key and outcome, its buckets as text in no order
+    // (UsageSeries): no sort on the server; merged by start in JS, with turns
+    // of the event loop. Bucket starts are whole hours: seconds hold them.
+    // Of the range's first $7 buckets as they come: when they are all of it
+    // (the counts add up to less than $7), one read answers the query.
     const usageSeries = (table: string): string =>
-      `SELECT u.endpoint_id, u.key_id, u.outcome,
-              string_agg((extract(epoch FROM u.start) * 1000)::bigint || ':' || u.count, ',' ORDER BY u.start) AS points
-         ${usageFrom(table)}
-        GROUP BY u.endpoint_id, u.key_id, u.outcome`
+      `SELECT endpoint_id, key_id, outcome, count(*)::int AS n,
+              string_agg(date_part('epoch', start)::bigint || ':' || count, ',') AS points
+         FROM (SELECT u.endpoint_id, u.key_id, u.outcome, u.start, u.count ${usageFrom(table)} LIMIT $7) u
+        GROUP BY endpoint_id, key_id, outcome`
     // The first $7 buckets in order, for a range that holds more than that.
     const usageOrdered = (table: string): string =>
       // The start as epoch milliseconds: the driver would parse every row's
@@ -640,18 +643,18 @@ export class PgStorage implements Storage {
   }
 
   /**
-   * A range within the limit (counted first, reading no more than the limit)
-   * is read as series and merged in JS (usage-series.ts); one over it is
-   * read sorted, as far as the limit, which only a caller that asks for
-   * fewer rows than there are needs (the usage route counts first).
+   * A range within the limit is read in one go as series (reading no more
+   * than the limit) and merged in JS (usage-series.ts); one over it is read
+   * again, sorted, as far as the limit: only a caller that asks for fewer
+   * rows than there are needs that (the usage route counts first).
    */
   async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
     if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return []
     const params = this.usageParams(project, query)
-    if (await this.countUsage(project, { ...query, limit: query.limit + 1 }) <= query.limit) {
-      const { rows } = await this.run<{ endpoint_id: string, key_id: string, outcome: UsageOutcome, points: string }>(
-        this.sql.usageSeries[query.granularity], params)
-      return mergeSeries(rows.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
+    const series = (await this.run<{ endpoint_id: string, key_id: string, outcome: UsageOutcome, n: number, points: string }>(
+      this.sql.usageSeries[query.granularity], [...params, query.limit + 1])).rows
+    if (series.reduce((sum, s) => sum + s.n, 0) <= query.limit) {
+      return mergeSeries(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
     }
     const { rows } = await this.run<{ start_ms: number, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string }>(
       this.sql.usageOrdered[query.granularity], [...params, query.limit])
