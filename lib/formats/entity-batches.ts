@@ -63,7 +63,7 @@ export async function * entityBatches (spec: DownloadSpec, entity: Entity, batch
   if (limit === 0) return
   const packer = new BatchInProgress(entity, reuse)
   let n = 0
-  const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort))
+  const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort, spec.selection))
   const generator = isAsyncGenerator(rows)
   let exhausted = false
   if (!generator && isSyncIterable(rows)) {

@@ -95,12 +95,21 @@ export class LazySignalOptions implements RowsOptions {
 
   readonly limit: number | undefined
   declare readonly signal: AbortSignal
+  // Always set, undefined when not asked for, so that every options object has one shape.
+  readonly columns: RowsOptions['columns']
+  readonly filters: RowsOptions['filters']
+  readonly since: RowsOptions['since']
+  readonly changesUntil: RowsOptions['changesUntil']
   readonly #abort: Pick<DownloadSpec['abort'], 'signal'>
 
-  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>) {
+  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>, selection?: DownloadSpec['selection']) {
     this.limit = limit
     this.#abort = abort
     Object.defineProperty(this, 'signal', LazySignalOptions.#signal)
+    this.columns = selection?.columns
+    this.filters = selection?.filters
+    this.since = selection?.since
+    this.changesUntil = selection?.changesUntil
   }
 }
 
@@ -184,7 +193,7 @@ async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText)
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
-    const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort))
+    const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort, spec.selection))
     const generator = isAsyncGenerator(rows)
     if (!generator && isSyncIterable(rows)) {
       const iterator = rows[Symbol.iterator]()
