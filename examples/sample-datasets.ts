@@ -102,6 +102,9 @@ const EVENTS_ENTITY: Entity = {
   consumer: { columns: true, filters: ['id', 'ts', 'kind', 'value'], changes: { column: 'id', kind: 'version' } }
 }
 
+/** Every entity of the sample datasets, as declared to the plugin. */
+export const SAMPLE_ENTITIES: readonly Entity[] = [...SALES_ENTITIES, EVENTS_ENTITY]
+
 interface SampleDataset {
   name: string
   entities: readonly Entity[]
