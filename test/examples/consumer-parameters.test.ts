@@ -270,10 +270,24 @@ t.test('since: rows written during downloads are neither lost nor returned twice
     return { ids, until: response.headers['data-changes-until'] as string }
   }
 
+  // A write that lands after the bound is taken and before the rows are read:
+  // the read must leave it for the next download.
+  const events = await app.sampleDatasets.getDataset({ organization: 'acme', project: 'shop', modelSequence: 1, resourceSequence: 2 })
+  if (events?.changesUntil === undefined) throw new Error('no changesUntil')
+  const changesUntil = events.changesUntil.bind(events)
+  let writeAfterBound = 0
+  events.changesUntil = async (entity) => {
+    const bound = await changesUntil(entity)
+    write(writeAfterBound)
+    return bound
+  }
+  t.teardown(() => { events.changesUntil = changesUntil })
+
   const seen: number[] = []
   let since: string | undefined
   for (let round = 0; round < 6; round++) {
     write(round * 7) // between downloads
+    writeAfterBound = round % 2 === 0 ? 0 : 25
     const { ids, until } = await download(since, () => { write(50 + round) }) // and during one
     t.match(until, /^[0-9]+$/, `round ${round}: Data-Changes-Until`)
     t.ok(ids.every((id) => id <= Number(until)), `round ${round}: no row past the bound`)
@@ -281,6 +295,7 @@ t.test('since: rows written during downloads are neither lost nor returned twice
     seen.push(...ids)
     since = until
   }
+  writeAfterBound = 0
   const last = await download(since, () => {})
   seen.push(...last.ids)
   const all = (writer.prepare('SELECT id FROM events ORDER BY id').raw().all() as number[][]).map((r) => r[0])
