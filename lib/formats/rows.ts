@@ -95,22 +95,40 @@ export class LazySignalOptions implements RowsOptions {
 
   readonly limit: number | undefined
   declare readonly signal: AbortSignal
-  // Always set, undefined when not asked for, so that every options object has one shape.
+  readonly #abort: Pick<DownloadSpec['abort'], 'signal'>
+
+  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>) {
+    this.limit = limit
+    this.#abort = abort
+    Object.defineProperty(this, 'signal', LazySignalOptions.#signal)
+  }
+}
+
+/**
+ * The options of a `rows()` call with the consumer's columns, filters or
+ * change window: every field set, undefined when not asked for, so that these
+ * calls share one shape too, and a plain download keeps the two fields it had.
+ */
+export class SelectionRowsOptions extends LazySignalOptions {
   readonly columns: RowsOptions['columns']
   readonly filters: RowsOptions['filters']
   readonly since: RowsOptions['since']
   readonly changesUntil: RowsOptions['changesUntil']
-  readonly #abort: Pick<DownloadSpec['abort'], 'signal'>
 
-  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>, selection?: DownloadSpec['selection']) {
-    this.limit = limit
-    this.#abort = abort
-    Object.defineProperty(this, 'signal', LazySignalOptions.#signal)
-    this.columns = selection?.columns
-    this.filters = selection?.filters
-    this.since = selection?.since
-    this.changesUntil = selection?.changesUntil
+  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>, selection: NonNullable<DownloadSpec['selection']>) {
+    super(limit, abort)
+    this.columns = selection.columns
+    this.filters = selection.filters
+    this.since = selection.since
+    this.changesUntil = selection.changesUntil
   }
+}
+
+/** The options of one `rows()` call of a download. */
+export function rowsOptions (spec: DownloadSpec, limit: number | undefined): RowsOptions {
+  return spec.selection === undefined
+    ? new LazySignalOptions(limit, spec.abort)
+    : new SelectionRowsOptions(limit, spec.abort, spec.selection)
 }
 
 /**
@@ -193,7 +211,7 @@ async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText)
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
-    const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort, spec.selection))
+    const rows = spec.dataset.rows(entity.name, rowsOptions(spec, limit))
     const generator = isAsyncGenerator(rows)
     if (!generator && isSyncIterable(rows)) {
       const iterator = rows[Symbol.iterator]()
