@@ -126,7 +126,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   checkEntities(dataset.entities)
   // Taken before anything is read (the 304 and cached answers carry it too):
   // this download holds no row past it, the next one (since=it) every row after it.
-  const changesUntil = q.meta === undefined ? await changesUntilOf(dataset, q) : undefined
+  const changesUntil = q.meta === undefined && q.changeColumn !== undefined ? await changesUntilOf(dataset, q) : undefined
   if (changesUntil !== undefined && changesUntil !== null) reply.header('data-changes-until', changeValueText(changesUntil))
   else if (changesUntil === null) {
     // No rows yet: none is read, since one written meanwhile would have no
