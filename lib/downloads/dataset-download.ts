@@ -127,12 +127,16 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   // Taken before anything is read (the 304 and cached answers carry it too):
   // this download holds no row past it, the next one (since=it) every row after it.
   const changesUntil = q.meta === undefined && q.changeColumn !== undefined ? await changesUntilOf(dataset, q) : undefined
-  if (changesUntil !== undefined && changesUntil !== null) reply.header('data-changes-until', changeValueText(changesUntil))
-  else if (changesUntil === null) {
+  // Not with `limit`: a download cut short holds only some of the changes up
+  // to the bound, and a next download from it would skip the others.
+  const tellsBound = q.limit === undefined
+  if (changesUntil !== undefined && changesUntil !== null) {
+    if (tellsBound) reply.header('data-changes-until', changeValueText(changesUntil))
+  } else if (changesUntil === null) {
     // No rows yet: none is read, since one written meanwhile would have no
     // bound; the next download (since= as before, or none) gets it.
+    if (tellsBound && q.selection?.since !== undefined) reply.header('data-changes-until', changeValueText(q.selection.since))
     q = { ...q, limit: 0 }
-    if (q.selection?.since !== undefined) reply.header('data-changes-until', changeValueText(q.selection.since))
   }
   const etag = dataset.revision === undefined
     ? undefined

@@ -332,7 +332,7 @@ export const DatasetHeaders = Type.Object({
 
 const ChangesUntilHeader = {
   'data-changes-until': Type.String({
-    description: 'for a download of one entity with a change column: the greatest value of that column when the download started. ' +
+    description: 'for a download of one entity with a change column, without `limit`: the greatest value of that column when the download started. ' +
       'The body holds no row past it; pass it as `since` next time to get every row written after it, each once'
   })
 }

@@ -2,7 +2,7 @@ import fc from 'fast-check'
 import t from 'tap'
 import type { Column, Condition, Entity } from '../../lib/index.js'
 import {
-  MAX_CONDITIONS, MAX_IN_VALUES, changeValueText, parseChangeValue, parseRowSelection, parseWhere, selectionKey
+  MAX_CONDITIONS, MAX_IN_VALUES, changeValueText, checkChangeValue, parseChangeValue, parseRowSelection, parseWhere, selectionKey
 } from '../../lib/downloads/consumer-query.js'
 import { checkProperty } from '../fuzz-arbitraries.js'
 
@@ -148,6 +148,12 @@ t.test('columns, since, support and one entity', async (t) => {
   t.equal(changeValueText(new Date('2024-01-02T03:04:05.678Z')), '2024-01-02T03:04:05.678Z')
   t.equal(changeValueText(2n ** 62n), '4611686018427387904')
   t.match(problem(() => parseChangeValue('2024-13-01T00:00:00Z', at)), /^Invalid since: must be a date that exists/)
+  // The host's bound: microseconds cut (a lower bound stays safe), a wrong type is the host's fault (500).
+  t.same(checkChangeValue('2024-01-02T03:04:05.678999Z', at, 'things'), new Date('2024-01-02T03:04:05.678Z'))
+  t.equal(checkChangeValue(null, at, 'things'), null)
+  t.equal(checkChangeValue('7', COLUMNS[0], 'things'), 7)
+  t.throws(() => checkChangeValue('soon', at, 'things'), /Invalid changesUntil of entity "things": not a value of column "at"/)
+  t.throws(() => checkChangeValue(1.5, COLUMNS[0], 'things'), /not a value of column "id"/)
 })
 
 t.test('the ETag key tells typed values apart and ignores spelling', async (t) => {
