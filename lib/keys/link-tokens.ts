@@ -38,8 +38,9 @@ export interface LinkSignerOptions {
   /**
    * at least this many ms between two reads made because a token named a
    * secret this instance has not seen (one minted on another instance just
-   * after a rotation); default one second. A flood of tokens naming unknown
-   * secrets thus costs one read a second, not one per request.
+   * after a rotation); default one second. The first such token is read for
+   * at once; a flood of tokens naming unknown secrets costs one read a
+   * second, not one per request.
    */
   missRefreshMs?: number
 }
@@ -71,6 +72,7 @@ export class LinkSigner {
   #keys: Keys | null = null
   #loading: Promise<Keys> | null = null
   #loadedAt = 0
+  #lastMissRead = 0
 
   constructor (storage: Storage, options: LinkSignerOptions = {}) {
     this.#storage = storage
@@ -130,7 +132,8 @@ export class LinkSigner {
     const [, secretId, body, mac] = parts
     let keys = await this.#current()
     let key = keys.byId.get(secretId)
-    if (key === undefined && Date.now() - this.#loadedAt >= this.#missRefreshMs) {
+    if (key === undefined && Date.now() - this.#lastMissRead >= this.#missRefreshMs) {
+      this.#lastMissRead = Date.now()
       keys = await (this.#loading ?? this.#load()).catch(() => keys)
       key = keys.byId.get(secretId)
     }
