@@ -171,8 +171,10 @@ export async function linkRoutes (app: FastifyInstance, { ctx, download, baseUrl
     throw withDetails(new MethodNotAllowedError(), { headers: { allow } })
   }
 
+  // HEAD is served as GET is, and documented with it (as the dataset GET).
   app.route({ method: otherMethods(['GET', 'HEAD']), url: LINK_ROUTE, schema: { hide: true }, handler: notAllowed('GET, HEAD') })
-  app.route({ method: ['GET', 'HEAD'], url: LINK_ROUTE, exposeHeadRoute: false, ...linkUseRoute, handler: useLink })
+  app.route({ method: 'HEAD', url: LINK_ROUTE, schema: { hide: true }, handler: useLink })
+  app.route({ method: 'GET', url: LINK_ROUTE, exposeHeadRoute: false, ...linkUseRoute, handler: useLink })
 
   // Minting reads a JSON body, once the key hook has passed (onRequest runs first).
   await app.register(async function mintLinks (mint) {

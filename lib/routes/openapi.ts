@@ -106,6 +106,8 @@ export const mintLinkRoute = {
 }
 
 export const linkUseRoute = {
+  // The route is a wildcard (link-routes.ts); the document names its two parts.
+  config: { swaggerTransform: ({ schema, url }) => ({ schema, url: url.replace('/links/*', '/links/:token/:fileName') }) } satisfies FastifyContextConfig,
   schema: {
     tags: ['data'],
     summary: 'Download through a link (GET or HEAD; no key)',
@@ -281,6 +283,9 @@ function optionalBodies (prefix: string): SwaggerTransformObject {
       const operation = openapi.paths[prefix + url.replace(/:(\w+)/g, '{$1}')]?.[method.toLowerCase()]
       if (operation?.requestBody !== undefined) operation.requestBody.required = false
     }
+    // Minting a link takes no body too: the defaults (sql, an hour).
+    const mint = openapi.paths['/api/{organization}/{project}/model/{modelSequence}/dataset/{resourceSequence}/links']?.post
+    if (mint?.requestBody !== undefined) mint.requestBody.required = false
     return openapi
   }
 }
