@@ -13,6 +13,7 @@ import {
 import type { PluginContext } from './context.js'
 import { DatasetQuery } from './schemas.js'
 import { linkUseRoute, mintLinkRoute } from './openapi.js'
+import { plainJsonBodies } from './json-body.js'
 
 // Download links (DESIGN.md §4.2): minted with the API key, used with the
 // token alone. Both sit in the data routes' context, with its compression,
@@ -182,17 +183,8 @@ export async function linkRoutes (app: FastifyInstance, { ctx, download, baseUrl
     mint.addContentTypeParser('*', (request, payload, done) => {
       done(new BadRequestError('Invalid body: must be JSON (Content-Type: application/json)'), undefined)
     })
-    mint.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: 16 * 1024 }, (request, body, done) => {
-      if (body === '') {
-        done(null, undefined)
-        return
-      }
-      try {
-        done(null, JSON.parse(body as string))
-      } catch {
-        done(new BadRequestError('Invalid body: not JSON'), undefined)
-      }
-    })
+    // As the management bodies: numbers in plain digits only (`expiresIn: 1e2` is 400).
+    plainJsonBodies(mint)
     const onRequest = authenticateHook({ ...ctx, requireHttps: options.requireHttps }, 'links')
     mint.route({ method: app.supportedMethods.filter((m) => m !== 'POST'), url: MINT_LINK_ROUTE, onRequest, schema: { hide: true }, handler: notAllowed('POST') })
     mint.route({ method: 'POST', url: MINT_LINK_ROUTE, onRequest, ...mintLinkRoute, handler: mintLink })

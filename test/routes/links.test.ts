@@ -139,7 +139,7 @@ t.test('a link of a dataset with a revision: ETag and 304, and Range on Parquet'
 t.test('minting is authenticated as the GET and checks its body as the GET checks its query', async (t) => {
   const { app, key } = await setup(t, { maxLinkLifetime: 2 * 3600_000 })
   const post = (payload: unknown, headers: Record<string, string> = { authorization: `Bearer ${key.key}` }, url = LINKS_URL) =>
-    app.inject({ method: 'POST', url, headers, payload: payload as Record<string, unknown> })
+    app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json', ...headers }, payload: typeof payload === 'string' ? payload : JSON.stringify(payload) })
   const cases: Array<[unknown, number, string, Record<string, string>?, string?]> = [
     [{}, 403, 'Not authorized', {}],
     [{}, 403, 'Unknown API key', { authorization: `Bearer ${key.prefix}-${'x'.repeat(21)}` }],
@@ -155,6 +155,7 @@ t.test('minting is authenticated as the GET and checks its body as the GET check
     [{ entity: ['a'] }, 400, 'Invalid entity: must be a string'],
     [{ expiresIn: 0 }, 400, 'Invalid expiresIn: must be a positive integer (seconds)'],
     [{ expiresIn: '60' }, 400, 'Invalid expiresIn: must be a positive integer (seconds)'],
+    ['{"expiresIn": 1e2}', 400, 'Invalid expiresIn: must be an integer in plain digits, e.g. 50 (not 1e2)'],
     [{ expiresIn: 7201 }, 400, 'Invalid expiresIn: at most 7200 seconds (maxLinkLifetime)'],
     [[1], 400, 'Invalid body: must be a JSON object']
   ]
