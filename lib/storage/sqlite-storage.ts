@@ -399,21 +399,10 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
-interface LinkUseRow {
-  revoked_at: number | null
-  key_prefix: string
-  key_id: string
-  prefix: string
-  is_active: number
-  expires_at: number | null
-  endpoint_id: string | null
-  organization: string | null
-  project: string | null
-  model_sequence: number | null
-  type: ResourceType | null
-  resource_sequence: number | null
-  assigned: number
-}
+// linkUse's row as an array (raw): better-sqlite3 hands these back faster than objects.
+type LinkUseTuple = [revokedAt: number | null, keyPrefix: string, keyId: string, prefix: string, isActive: number, expiresAt: number | null,
+  endpointId: string | null, organization: string | null, project: string | null, modelSequence: number | null, type: ResourceType | null,
+  resourceSequence: number | null, assigned: number]
 
 function toLink (row: Record<string, unknown>): LinkRecord {
   const { keyPrefix, ...link } = fromRow(LINKS_TABLE, 'sqlite', row)
@@ -550,12 +539,12 @@ export class SqliteStorage implements Storage {
       getLink: db.prepare<[string, string, string], Record<string, unknown>>(
         `SELECT l.* FROM links l JOIN api_keys k ON k.id = l.key_id WHERE l.id = ? AND k.organization = ? AND k.project = ?`),
       // Every use of a link: its state, its key's and its endpoint's, in one read.
-      linkUse: db.prepare<[string], LinkUseRow>(
+      linkUse: db.prepare<[string], LinkUseTuple>(
         `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
                 e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
                 EXISTS (SELECT 1 FROM endpoint_keys ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
            FROM links l JOIN api_keys k ON k.id = l.key_id LEFT JOIN endpoints e ON e.id = l.endpoint_id
-          WHERE l.id = ?`),
+          WHERE l.id = ?`).raw(),
       listLinks: db.prepare<{ organization: string, project: string, key_id: string | null, limit: number }, Record<string, unknown>>(
         `SELECT l.* FROM links l JOIN api_keys k ON k.id = l.key_id
           WHERE k.organization = @organization AND k.project = @project AND (@key_id IS NULL OR l.key_id = @key_id)
@@ -925,20 +914,21 @@ export class SqliteStorage implements Storage {
   async findLinkUse (linkId: string): Promise<LinkUse | null> {
     const row = this.statements.linkUse.get(linkId)
     if (row === undefined) return null
+    const [revokedAt, keyPrefix, keyId, prefix, isActive, expiresAt, endpointId, organization, project, modelSequence, type, resourceSequence, assigned] = row
     return {
-      revokedAt: row.revoked_at === null ? null : new Date(row.revoked_at),
-      keyPrefix: row.key_prefix,
-      key: { id: row.key_id, prefix: row.prefix, isActive: row.is_active === 1, expiresAt: row.expires_at },
-      assigned: row.assigned === 1,
-      endpoint: row.endpoint_id === null
+      revokedAt: revokedAt === null ? null : new Date(revokedAt),
+      keyPrefix,
+      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt },
+      assigned: assigned === 1,
+      endpoint: endpointId === null
         ? null
         : {
-            id: row.endpoint_id,
-            organization: row.organization as string,
-            project: row.project as string,
-            modelSequence: row.model_sequence as number,
-            type: row.type as ResourceType,
-            resourceSequence: row.resource_sequence as number
+            id: endpointId,
+            organization: organization as string,
+            project: project as string,
+            modelSequence: modelSequence as number,
+            type: type as ResourceType,
+            resourceSequence: resourceSequence as number
           }
     }
   }

@@ -6,6 +6,7 @@ import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } fro
 import { SqliteStorage, type Storage } from '../../lib/index.js'
 import { parseCsv } from '../format-readers.js'
 import { MemoryDatasets, SALES_REF } from '../fixtures.js'
+import { duckdbQuery, parquetFolder } from '../columnar-readers.js'
 
 // Download links (DESIGN.md §4.2): minted with the key, used with the token
 // alone, answering what the keyed GET answers, and refused in the documented
@@ -405,4 +406,16 @@ t.test('the plain csv: entity required when several, <entity>.csv, through a lin
   t.match(res.headers['content-disposition'], 'filename="orders.csv"')
   t.same(parseCsv(res.body)[0], ['id', 'amount', 'placed_at'])
   t.equal(SALES_REF.resourceSequence, 1)
+})
+
+t.test('DuckDB reads the Parquet and the csv a link downloads, saved under the URL\'s own file name', async (t) => {
+  const { app, key } = await setup(t)
+  const save = await parquetFolder(t)
+  const parquet = await mint(app, key.key, { format: 'parquet', entity: 'orders' })
+  const parquetName = decodeURIComponent(pathOf(parquet.url).split('/').pop() as string)
+  const parquetFile = await save(parquetName, (await app.inject({ url: pathOf(parquet.url) })).rawPayload)
+  t.same(await duckdbQuery(`SELECT id, CAST(amount AS VARCHAR) FROM '${parquetFile}' ORDER BY id`), [[10, '19.99'], [11, '0.10']])
+  const csv = await mint(app, key.key, { format: 'csv', entity: 'customers' })
+  const csvFile = await save(decodeURIComponent(pathOf(csv.url).split('/').pop() as string), (await app.inject({ url: pathOf(csv.url) })).rawPayload)
+  t.same(await duckdbQuery(`SELECT count(*)::INTEGER FROM '${csvFile}'`), [[3]], 'DuckDB goes by the .csv extension')
 })
