@@ -87,18 +87,20 @@ export async function linkRoutes (app: FastifyInstance, { ctx, download, baseUrl
   const checks = keyChecks(ctx)
 
   /**
-   * A refused link use counts as a failed authentication of its client. A
-   * token that does not verify is refused before any storage read; a client
-   * over its bound is held, then told to wait, as for keys.
+   * A token that does not verify is refused before any storage read, and
+   * counts as a failed authentication of its client. Checking one costs a
+   * few microseconds, so unlike a wrong key (whose bcrypt paces a guesser)
+   * nothing would slow a flood's connections down: each refusal is held
+   * `failureThrottle.delayMs` first (a second by default), so they wait
+   * instead of taking the event loop. A client over its bound then gets 429,
+   * as for keys. Nobody with a good link waits: only garbage is held.
    */
   async function refuseToken (client: string): Promise<never> {
     if (throttle !== null) {
       throttle.recordFailure(client)
       const wait = throttle.over(client)
-      if (wait > 0) {
-        await setTimeout(throttle.delayMs)
-        throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
-      }
+      await setTimeout(throttle.delayMs)
+      if (wait > 0) throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
     }
     throw new UnknownLinkError()
   }

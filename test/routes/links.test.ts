@@ -253,7 +253,8 @@ t.test('a token that does not verify is refused with no storage read: each part 
       }
     }
   })
-  const { app, key } = await setup(t, { storage: counted })
+  // (Refusals held no time: the hold is the throttle's, tested on its own.)
+  const { app, key } = await setup(t, { storage: counted, failureThrottle: { maxFailures: 1000, windowMs: 60_000, delayMs: 0 } })
   const link = await mint(app, key.key)
   const path = pathOf(link.url)
   const [, , , token, fileName] = path.split('/')
@@ -300,12 +301,19 @@ t.test('a token that does not verify is refused with no storage read: each part 
   t.equal((await app.inject({ url: `${DATASET_URL}/${token}` })).statusCode, 404, 'under the data route, no link')
 })
 
-t.test('bad tokens count against the failure throttle', async (t) => {
+t.test('bad tokens count against the failure throttle, each refusal held delayMs', async (t) => {
   const { app, key } = await setup(t, { failureThrottle: { maxFailures: 3, windowMs: 60_000, delayMs: 0 } })
   const link = await mint(app, key.key)
   const statuses: number[] = []
   for (let i = 0; i < 5; i++) statuses.push((await app.inject({ url: `/api/links/x.y.${'z'.repeat(43)}/a.csv` })).statusCode)
   t.same(statuses, [403, 403, 429, 429, 429])
+
+  // The hold: a refusal is not answered before delayMs has passed (a lower bound, not a timing race).
+  const held = await setup(t, { failureThrottle: { maxFailures: 50, windowMs: 60_000, delayMs: 300 } })
+  const started = performance.now()
+  const res = await held.app.inject({ url: `/api/links/x.y.${'z'.repeat(43)}/a.csv` })
+  t.equal(res.statusCode, 403)
+  t.ok(performance.now() - started >= 290, 'held about delayMs')
   const limited = await app.inject({ url: `/api/links/x.y.${'z'.repeat(43)}/a.csv` })
   t.ok(Number(limited.headers['retry-after']) > 0, 'with Retry-After')
   t.equal((await app.inject({ url: pathOf(link.url) })).statusCode, 200, 'a token that verifies still passes')
@@ -373,7 +381,7 @@ t.test('no token and no key in any log line, at trace level', async (t) => {
       done()
     }
   })
-  const { app, datasets } = await buildApp(t, {}, { logger: { level: 'trace', stream } })
+  const { app, datasets } = await buildApp(t, { failureThrottle: { maxFailures: 50, windowMs: 60_000, delayMs: 0 } }, { logger: { level: 'trace', stream } })
   const key = await createKey(app)
   await assignKeys(app, 'dataset', [key.id])
   const link = await mint(app, key.key)
