@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { createWriteStream, readFileSync } from 'node:fs'
-import { rename, rm } from 'node:fs/promises'
+import { readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parseArgs } from 'node:util'
@@ -40,13 +40,23 @@ Options of get:
                         when the dataset has several)
   --meta M              entities (the entity names) or ddl (the schema) instead of the data
   --limit N             at most N records per entity
+  --columns A,B         only these columns, in this order (one entity; the
+                        primary key is not added)
+  --where EXPR          only the rows that meet EXPR, e.g. "kind = 'click' and
+                        id > 100" (one entity; grammar in docs/api.md)
+  --since V             only the rows changed after V, a Data-Changes-Until of
+                        an earlier download
+  --since-file FILE     read --since from FILE when it exists, and write the
+                        answer's Data-Changes-Until to FILE once the download is
+                        complete: the next run gets what changed meanwhile
   --archive-type T      zip (default) or tar, for csv-zip, json-zip, oracle-loader
                         and parquet-zip
   --output FILE         write to FILE (written whole or not at all) instead of stdout
   --progress            show the progress line (bytes received, of the total when
                         known) on stderr even when it is not a terminal
 
-Options of link (and --format, --entity, --meta, --limit, --archive-type as for get):
+Options of link (and get's --format, --entity, --meta, --limit, --archive-type,
+--columns, --where, --since and --since-file: the link downloads with them):
   --expires D           how long the link lives: 90s, 30m, 2h or 7d (default 1h;
                         at most the server's maxLinkLifetime and the key's expiry)
   --json                print {"id","url","expiresAt"} instead of the URL alone
@@ -94,6 +104,10 @@ const GET_OPTIONS = {
   entity: { type: 'string' },
   meta: { type: 'string' },
   limit: { type: 'string' },
+  columns: { type: 'string' },
+  where: { type: 'string' },
+  since: { type: 'string' },
+  'since-file': { type: 'string' },
   'archive-type': { type: 'string' },
   output: { type: 'string', short: 'o' },
   progress: { type: 'boolean' }
@@ -104,6 +118,10 @@ const LINK_OPTIONS = {
   entity: { type: 'string' },
   meta: { type: 'string' },
   limit: { type: 'string' },
+  columns: { type: 'string' },
+  where: { type: 'string' },
+  since: { type: 'string' },
+  'since-file': { type: 'string' },
   'archive-type': { type: 'string' },
   expires: { type: 'string' },
   json: { type: 'boolean' }
@@ -238,15 +256,24 @@ function progressMeter (stderr: NodeJS.WriteStream, total: number | undefined): 
 }
 
 /** The dataset query of get's and link's options. */
-function datasetQuery (values: { format?: string, entity?: string, meta?: string, limit?: string, 'archive-type'?: string }): DatasetQuery {
+async function datasetQuery (values: {
+  format?: string, entity?: string, meta?: string, limit?: string, 'archive-type'?: string,
+  columns?: string, where?: string, since?: string, 'since-file'?: string
+}): Promise<DatasetQuery> {
   const limit = values.limit
   if (limit !== undefined && !/^\d+$/.test(limit)) throw new UsageProblem('--limit must be a non-negative integer')
+  const sinceFile = values['since-file']
+  if (sinceFile !== undefined && values.since !== undefined) throw new UsageProblem('give --since or --since-file, not both')
+  const since = sinceFile === undefined ? values.since : await readSinceFile(sinceFile)
   return {
     format: values.format,
     entity: values.entity,
     meta: values.meta,
     limit: limit === undefined ? undefined : Number(limit),
-    archiveType: values['archive-type']
+    archiveType: values['archive-type'],
+    columns: values.columns?.split(','),
+    where: values.where,
+    since
   } as DatasetQuery
 }
 
@@ -262,7 +289,7 @@ function durationSeconds (text: string): number {
 async function link (args: string[], io: Io): Promise<number> {
   const { values, positionals } = parse(args, LINK_OPTIONS)
   const url = oneUrl(positionals, 'endpoint-url')
-  const query = datasetQuery(values)
+  const query = await datasetQuery(values)
   const expiresIn = values.expires === undefined ? undefined : durationSeconds(values.expires)
   const minted = await clientFor(values, io, true).createLink(url, query, { expiresIn, signal: io.signal })
   if (values.json === true) printJson(io, minted)
@@ -273,7 +300,8 @@ async function link (args: string[], io: Io): Promise<number> {
 async function get (args: string[], io: Io): Promise<number> {
   const { values, positionals } = parse(args, GET_OPTIONS)
   const url = oneUrl(positionals, 'endpoint-url')
-  const query = datasetQuery(values)
+  const query = await datasetQuery(values)
+  const sinceFile = values['since-file']
   const client = clientFor(values, io, true)
   const download = await client.downloadDataset(url, query, { signal: io.signal })
   // On its own the meter shows only on a terminal, and not over data printed to the same terminal.
@@ -300,7 +328,30 @@ async function get (args: string[], io: Io): Promise<number> {
   } finally {
     meter?.finish()
   }
+  // Only after the whole body was written: a cut-off download leaves the old
+  // value, so the next run asks again for what this one did not deliver.
+  if (sinceFile !== undefined) {
+    if (download.changesUntil === undefined) {
+      io.stderr.write('the answer carried no Data-Changes-Until; --since-file left as it was\n')
+    } else {
+      await writeFile(`${sinceFile}.part`, download.changesUntil + '\n')
+      await rename(`${sinceFile}.part`, sinceFile)
+    }
+  }
   return 0
+}
+
+/** The since value stored by an earlier run, or undefined when there is none yet. */
+async function readSinceFile (file: string): Promise<string | undefined> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw err
+  }
+  const value = text.trim()
+  return value === '' ? undefined : value
 }
 
 function printJson (io: Io, value: unknown): void {

@@ -33,7 +33,7 @@ const garbage = (n: number): string => randomBytes(n).toString('base64url').slic
 // signature for each) with random claims and signatures; one in ten names an
 // unknown secret. Reports its status counts when told to stop.
 if (process.argv[2] === '--flood') {
-  const [base, secretId, fileName] = process.argv.slice(3)
+  const [base, secretId, fileName, control] = process.argv.slice(3)
   const url = new URL(base)
   const statuses: Record<number, number> = {}
   let stopping = false
@@ -43,7 +43,7 @@ if (process.argv[2] === '--flood') {
     let n = 0
     while (!stopping) {
       const id = n++ % 10 === 0 ? garbage(12) : secretId
-      const path = `/api/links/${id}.${garbage(240)}.${garbage(43)}/${fileName}`
+      const path = `${control === 'control' ? '/bench/held' : '/api/links'}/${id}.${garbage(240)}.${garbage(43)}/${fileName}`
       const status = await new Promise<number>((resolve) => {
         const req = http.get({ host: url.hostname, port: url.port, path, agent }, (res) => {
           res.resume()
@@ -123,6 +123,14 @@ if (process.argv[2] === '--flood') {
   const [heldKeyed, heldLink] = await both()
   flood.send('stop')
   const [floodStatuses] = await once(flood, 'message') as [Record<number, number>]
+  // The control: the same flood on a route that holds a second and answers 403 without any check.
+  const [controlAloneKeyed, controlAloneLink] = await both()
+  const control = fork(fileURLToPath(import.meta.url), ['--flood', server.base, token.split('.')[0], fileName, 'control'])
+  await once(control, 'message')
+  await sleep(2000)
+  const [controlKeyed, controlLink] = await both()
+  control.send('stop')
+  await once(control, 'message')
   await stopBenchServer(server)
 
   const codes = Object.entries(floodStatuses).map(([c, n]) => `${c}:${n}`).join(' ')
@@ -143,5 +151,9 @@ if (process.argv[2] === '--flood') {
   row('link GET during the flood, first run', burstLink, aloneLink)
   row('keyed GET during the flood, second run', heldKeyed, aloneKeyed)
   row('link GET during the flood, second run', heldLink, aloneLink)
+  row('keyed GET alone again', controlAloneKeyed, controlAloneKeyed)
+  row('link GET alone again', controlAloneLink, controlAloneLink)
+  row('keyed GET during the control flood (same generator, a route that only holds 1 s and answers 403)', controlKeyed, controlAloneKeyed)
+  row('link GET during the control flood', controlLink, controlAloneLink)
   console.log(`\nFlood: ${FLOOD_CONNECTIONS} connections from ${FLOOD_CONNECTIONS} addresses, garbage tokens [${codes}]`)
 }

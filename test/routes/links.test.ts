@@ -153,6 +153,7 @@ t.test('minting is authenticated as the GET and checks its body as the GET check
     [{ entity: 'nope' }, 400, 'Invalid entity: the dataset has no entity of that name'],
     [{ archiveType: 'rar' }, 400, 'Invalid archiveType: must be one of zip, tar'],
     [{ api_key: key.key }, 400, 'Invalid api_key: not a parameter of the dataset download'],
+    [{ format: 'csv', entity: 'orders', columns: 'id' }, 400, 'Invalid columns: not supported by this dataset'],
     [{ entity: ['a'] }, 400, 'Invalid entity: must be a string'],
     [{ expiresIn: 0 }, 400, 'Invalid expiresIn: must be a positive integer (seconds)'],
     [{ expiresIn: '60' }, 400, 'Invalid expiresIn: must be a positive integer (seconds)'],
