@@ -1231,6 +1231,19 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(await b.listLinks(p, { limit: 10 }), [])
     })
 
+    t.test('links: pruneLinks deletes those that expired before the time given, and answers how many', async (t) => {
+      const s = await emptyStore(t)
+      const p = newProject()
+      const k = await keyIn(s, p)
+      const { endpoint } = await s.putEndpoint(at(p), [k.id], AUDIT) as { endpoint: { id: string } }
+      const old = await s.createLink(p, { ...newLink(k, endpoint.id), expiresAt: new Date(Date.UTC(2020, 0, 1)) }, AUDIT) as LinkRecord
+      const live = await s.createLink(p, newLink(k, endpoint.id), AUDIT) as LinkRecord
+      t.equal(await s.pruneLinks(new Date(Date.UTC(2020, 0, 1))), 0, 'expiring at the time given: kept')
+      t.equal(await s.pruneLinks(new Date(Date.UTC(2021, 0, 1))), 1)
+      t.equal(await s.findLinkUse(old.id), null)
+      t.same((await s.listLinks(p, { limit: 10 })).map((l) => l.id), [live.id])
+    })
+
     t.test('link secrets: added once by id, listed oldest first by every instance, deleted', async (t) => {
       const [a, b] = await twoStores(t)
       const older = { id: randomAlphanumeric(12), secret: randomAlphanumeric(43), createdAt: new Date(Date.now() - 60_000) }

@@ -23,7 +23,7 @@ export const LINKS_TABLE: Table = {
     { name: 'revoked_at', type: 'timestamp', nullable: true }
   ],
   primaryKey: ['id'],
-  indexes: [{ name: 'links_key', columns: ['key_id', 'created_at'] }]
+  indexes: [{ name: 'links_key', columns: ['key_id', 'created_at'] }, { name: 'links_expires', columns: ['expires_at'] }]
 }
 
 /**

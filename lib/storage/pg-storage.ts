@@ -462,6 +462,7 @@ export class PgStorage implements Storage {
                    WHERE k.organization = $1 AND k.project = $2 AND ($3::text IS NULL OR l.key_id = $3)
                    ORDER BY l.created_at DESC, l.id DESC LIMIT $4`,
       revokeLink: `UPDATE ${t('links')} SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING *`,
+      pruneLinks: `DELETE FROM ${t('links')} WHERE expires_at < $1`,
       listLinkSecrets: `SELECT * FROM ${t('link_secrets')} ORDER BY created_at, id`,
       addLinkSecret: insertSql(LINK_SECRETS_TABLE, 'pg', t('link_secrets')) + ' ON CONFLICT (id) DO NOTHING',
       deleteLinkSecret: `DELETE FROM ${t('link_secrets')} WHERE id = $1`,
@@ -1006,6 +1007,10 @@ export class PgStorage implements Storage {
         { keyId: after.keyId, endpointId: after.endpointId })
       return after
     })
+  }
+
+  async pruneLinks (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneLinks, [before])).rowCount ?? 0
   }
 
   async listLinkSecrets (): Promise<LinkSecret[]> {

@@ -549,6 +549,7 @@ export class SqliteStorage implements Storage {
         `SELECT l.* FROM links l JOIN api_keys k ON k.id = l.key_id
           WHERE k.organization = @organization AND k.project = @project AND (@key_id IS NULL OR l.key_id = @key_id)
           ORDER BY l.created_at DESC, l.id DESC LIMIT @limit`),
+      pruneLinks: db.prepare<[number]>('DELETE FROM links WHERE expires_at < ?'),
       revokeLink: db.prepare<[number, string]>('UPDATE links SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
       listLinkSecrets: db.prepare<[], Record<string, unknown>>('SELECT * FROM link_secrets ORDER BY created_at, id'),
       addLinkSecret: db.prepare<unknown[]>(insertSql(LINK_SECRETS_TABLE, 'sqlite') + ' ON CONFLICT (id) DO NOTHING'),
@@ -949,6 +950,10 @@ export class SqliteStorage implements Storage {
         { keyId: after.keyId, endpointId: after.endpointId })
       return after
     }).immediate()
+  }
+
+  async pruneLinks (before: Date): Promise<number> {
+    return this.statements.pruneLinks.run(before.getTime()).changes
   }
 
   async listLinkSecrets (): Promise<LinkSecret[]> {

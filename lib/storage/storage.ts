@@ -416,6 +416,8 @@ export interface Storage {
    * its first `revokedAt`, and is audited once. Null when the project has no such link.
    */
   revokeLink (project: ProjectRef, linkId: string, audit: AuditContext): Promise<LinkRecord | null>
+  /** Deletes links that expired before `before`; answers how many. */
+  pruneLinks (before: Date): Promise<number>
   /** Every link-signing secret, oldest first. */
   listLinkSecrets (): Promise<LinkSecret[]>
   /** Adds a link-signing secret; a secret with that id already there stays as it is. */

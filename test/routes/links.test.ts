@@ -7,6 +7,7 @@ import { SqliteStorage, type Storage } from '../../lib/index.js'
 import { parseCsv } from '../format-readers.js'
 import { MemoryDatasets, SALES_REF } from '../fixtures.js'
 import { duckdbQuery, parquetFolder } from '../columnar-readers.js'
+import { EXPIRED_LINK_RETENTION_MS, Housekeeping } from '../../lib/storage/housekeeping.js'
 
 // Download links (DESIGN.md §4.2): minted with the key, used with the token
 // alone, answering what the keyed GET answers, and refused in the documented
@@ -427,4 +428,16 @@ t.test('DuckDB reads the Parquet and the csv a link downloads, saved under the U
   const csv = await mint(app, key.key, { format: 'csv', entity: 'customers' })
   const csvFile = await save(decodeURIComponent(pathOf(csv.url).split('/').pop() as string), (await app.inject({ url: pathOf(csv.url) })).rawPayload)
   t.same(await duckdbQuery(`SELECT count(*)::INTEGER FROM '${csvFile}'`), [[3]], 'DuckDB goes by the .csv extension')
+})
+
+t.test('housekeeping deletes links 30 days after they expired, and no sooner', async (t) => {
+  const { app, storage, key } = await setup(t)
+  const link = await mint(app, key.key, { format: 'json', expiresIn: 60 })
+  const expiry = Date.parse(link.expiresAt)
+  const housekeeping = new Housekeeping(storage, { usageRetention: 3600_000, auditRetention: 3600_000, idempotencyTtl: 3600_000 }, app.log)
+  t.teardown(() => housekeeping.close())
+  await withClock(expiry + EXPIRED_LINK_RETENTION_MS, () => housekeeping.run())
+  t.equal((await app.inject({ url: `${MANAGE}/links`, headers: ADMIN })).json().items.length, 1, 'kept until 30 days have passed')
+  await withClock(expiry + EXPIRED_LINK_RETENTION_MS + 1, () => housekeeping.run())
+  t.same((await app.inject({ url: `${MANAGE}/links`, headers: ADMIN })).json().items, [])
 })
