@@ -1,7 +1,9 @@
 import { Writable } from 'node:stream'
 import zlib from 'node:zlib'
 import type { FastifyInstance } from 'fastify'
+import fc from 'fast-check'
 import t, { type Test } from 'tap'
+import { checkProperty } from '../fuzz-arbitraries.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from '../helper.js'
 import { SqliteStorage, type Storage } from '../../lib/index.js'
 import { parseCsv } from '../format-readers.js'
@@ -440,4 +442,18 @@ t.test('housekeeping deletes links 30 days after they expired, and no sooner', a
   t.equal((await app.inject({ url: `${MANAGE}/links`, headers: ADMIN })).json().items.length, 1, 'kept until 30 days have passed')
   await withClock(expiry + EXPIRED_LINK_RETENTION_MS + 1, () => housekeeping.run())
   t.same((await app.inject({ url: `${MANAGE}/links`, headers: ADMIN })).json().items, [])
+})
+
+t.test('property: any minting body is answered 201, 400 naming a parameter, or the GET\'s 500 for an unknown format; never another 5xx', async (t) => {
+  const { app, key } = await setup(t)
+  const value = fc.oneof(fc.string({ maxLength: 12 }), fc.integer({ min: -5, max: 10 ** 7 }), fc.constantFrom('csv', 'json', 'orders', 'customers', 'zip', 'tar', 'ddl', 'entities', '10'),
+    fc.boolean(), fc.constant(null), fc.array(fc.string({ maxLength: 3 }), { maxLength: 2 }), fc.double())
+  const body = fc.dictionary(fc.constantFrom('format', 'entity', 'limit', 'meta', 'archiveType', 'expiresIn', 'columns', 'junk', '__proto__x'), value, { maxKeys: 5 })
+  await checkProperty(t, 'minting bodies', fc.asyncProperty(body, async (payload) => {
+    const res = await app.inject({ method: 'POST', url: LINKS_URL, headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' }, payload: JSON.stringify(payload) })
+    const message = res.json().message as string | undefined
+    if (res.statusCode === 201) return typeof res.json().url === 'string'
+    if (res.statusCode === 500) return /^Unknown download format /.test(message ?? '')
+    return res.statusCode === 400 && /^Invalid [A-Za-z_]+/.test(message ?? '') && !res.body.includes(key.key.slice(11))
+  }), 300)
 })
