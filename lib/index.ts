@@ -17,6 +17,7 @@ import { IdempotencyReleaser } from './routes/idempotency-releaser.js'
 import { jobRoute } from './routes/job-route.js'
 import { bcryptHasher } from './keys/key-hasher.js'
 import { KeyVerifier } from './keys/key-verifier.js'
+import { LinkSigner } from './keys/link-tokens.js'
 import { redactingChildLogger } from './routes/log-redaction.js'
 import { managementRoutes } from './routes/management-routes.js'
 import { managementUi } from './routes/management-ui.js'
@@ -35,6 +36,16 @@ export interface DataEndpointsDecorator {
   flushUsage (): Promise<void>
   /** the tar spool's disk budget in use and the downloads waiting for it (for metrics) */
   tarSpoolUsage (): TarSpoolUsage
+  /**
+   * Adds a link-signing secret, which signs new links from now on (on other
+   * instances after their next read, `linkSecretRefreshInterval`); links
+   * signed before keep working until their secret is retired. Answers its id.
+   */
+  rotateLinkSecret (): Promise<string>
+  /** Deletes an older link-signing secret: the links it signed stop. */
+  retireLinkSecret (id: string): Promise<boolean>
+  /** The link-signing secrets' ids, oldest first, and the one that signs. */
+  linkSecretIds (): Promise<{ ids: string[], signing: string }>
 }
 
 declare module 'fastify' {
@@ -92,10 +103,12 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   // Without a logger Fastify skips child loggers; keep that fast path. A
   // silent logger counts as one: the host may raise its level at run time.
   const logs = typeof app.log.level === 'string'
+  // A storage failure answers 500 `Internal server error`, its detail logged.
+  const storage = guardStorage(options.storage)
   const ctx: PluginContext = {
     options,
-    // A storage failure answers 500 `Internal server error`, its detail logged.
-    storage: guardStorage(options.storage),
+    storage,
+    links: new LinkSigner(storage, { refreshMs: options.linkSecretRefreshInterval }),
     hasher,
     verifier: new KeyVerifier({
       hasher,
@@ -129,7 +142,10 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   app.decorate('dataEndpoints', {
     storage: options.storage,
     flushUsage: () => ctx.usage.flush(),
-    tarSpoolUsage: () => ctx.tarSpool.usage()
+    tarSpoolUsage: () => ctx.tarSpool.usage(),
+    rotateLinkSecret: () => ctx.links.rotate(),
+    retireLinkSecret: (id) => ctx.links.retire(id),
+    linkSecretIds: () => ctx.links.secretIds()
   })
   // Fastify closes the server first: tar downloads still running then
   // (injected, or cut by the host's forceCloseConnections) are stopped, and

@@ -24,6 +24,9 @@ export interface AuthenticatedCall {
   endpointId: string
   /** the key that authenticated the call */
   keyId: string
+  /** its prefix and expiry (ms since the epoch, null: never), for the links it mints */
+  keyPrefix: string
+  keyExpiresAt: number | null
 }
 
 declare module 'fastify' {
@@ -71,7 +74,7 @@ export function suppliedKey (request: FastifyRequest): unknown {
   return undefined
 }
 
-function isLoopback (ip: string): boolean {
+export function isLoopback (ip: string): boolean {
   return ip === '::1' || ip.startsWith('127.') || ip.startsWith('::ffff:127.')
 }
 
@@ -90,7 +93,55 @@ export interface KeyCheckParts {
   requireHttps: boolean
 }
 
-export function authenticateHook ({ storage, verifier, usage, throttle, requireHttps }: KeyCheckParts) {
+/** A key whose identity is established (its secret matched, or a link's signature did), as storage has it now. */
+export interface KnownKey {
+  id: string
+  isActive: boolean
+  /** ms since the epoch; null: never */
+  expiresAt: number | null
+}
+
+/**
+ * The checks every call of a key goes through once the key is known, for a
+ * keyed request and a link's use alike: refusals count against the client's
+ * failure throttle; `admit` says "Disabled" for an inactive or expired key
+ * (DESIGN.md §2 step 5) and otherwise counts the call (step 6). A check that
+ * belongs between steps 5 and 6 (per-key limits, DESIGN.md §4.3) goes in
+ * `admit`, so that it applies to links too.
+ */
+export function keyChecks ({ usage, throttle }: Pick<KeyCheckParts, 'usage' | 'throttle'>) {
+  function refuse (client: string, error: Error): never {
+    throttle?.recordFailure(client)
+    throw error
+  }
+
+  function admit (client: string, endpointId: string, key: KnownKey): void {
+    // An expired key is inactive too; the clock is read on every request,
+    // so a memoised comparison never outlives the expiry.
+    if (!key.isActive) {
+      usage.recordRefusal(endpointId, key.id, 'disabled')
+      refuse(client, new DisabledKeyError())
+    }
+    if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
+      usage.recordRefusal(endpointId, key.id, 'expired')
+      refuse(client, new ExpiredKeyError())
+    }
+    usage.record(endpointId, key.id)
+  }
+
+  return { refuse, admit }
+}
+
+/** Which route a key hook guards: the data route itself, or the minting of a dataset's links (POST only). */
+export type KeyedRoute = 'data' | 'links'
+
+export function authenticateHook ({ storage, verifier, usage, throttle, requireHttps }: KeyCheckParts, route: KeyedRoute = 'data') {
+  const { admit } = keyChecks({ usage, throttle })
+
+  function refuse (client: string, error: Error): never {
+    throttle?.recordFailure(client)
+    throw error
+  }
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).
@@ -119,11 +170,6 @@ export function authenticateHook ({ storage, verifier, usage, throttle, requireH
     if (begun !== undefined) await begun
   }
 
-  function refuse (client: string, error: Error): never {
-    throttle?.recordFailure(client)
-    throw error
-  }
-
   /**
    * A request without a key is counted in the endpoint's usage history as
    * `no_key`, if the endpoint exists. That takes a read the refusal itself
@@ -140,10 +186,15 @@ export function authenticateHook ({ storage, verifier, usage, throttle, requireH
     // Data and refusals alike must not be kept by caches on the way.
     reply.header('cache-control', 'no-store')
     const locator = parseLocator(request.params as DataRouteParams)
-    if (locator === null) throw new NotFoundError()
-    // HEAD asks for a dataset's headers (a reader that queries a file in place asks for its length first).
-    const allowed = locator.type === 'dataset' ? request.method === 'GET' || request.method === 'HEAD' : request.method === 'POST'
-    if (!allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: locator.type === 'dataset' ? 'GET, HEAD' : 'POST' } })
+    // No link opens a pipeline: a pipeline has no links route.
+    if (locator === null || (route === 'links' && locator.type !== 'dataset')) throw new NotFoundError()
+    if (route === 'links') {
+      if (request.method !== 'POST') throw withDetails(new MethodNotAllowedError(), { headers: { allow: 'POST' } })
+    } else {
+      // HEAD asks for a dataset's headers (a reader that queries a file in place asks for its length first).
+      const allowed = locator.type === 'dataset' ? request.method === 'GET' || request.method === 'HEAD' : request.method === 'POST'
+      if (!allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: locator.type === 'dataset' ? 'GET, HEAD' : 'POST' } })
+    }
     if (requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
 
     const supplied = suppliedKey(request)
@@ -199,19 +250,8 @@ export function authenticateHook ({ storage, verifier, usage, throttle, requireH
         refuse(client, new UnknownKeyError())
       }
       // The secret matched, so saying "disabled" reveals nothing to a guesser.
-      // An expired key is inactive too; the clock is read on every request,
-      // so a memoised comparison never outlives the expiry.
-      if (!key.isActive) {
-        usage.recordRefusal(endpointId, key.id, 'disabled')
-        refuse(client, new DisabledKeyError())
-      }
-      if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
-        usage.recordRefusal(endpointId, key.id, 'expired')
-        refuse(client, new ExpiredKeyError())
-      }
-
-      usage.record(endpointId, key.id)
-      request.dataEndpointCall = { locator, endpointId, keyId: key.id }
+      admit(client, endpointId, key)
+      request.dataEndpointCall = { locator, endpointId, keyId: key.id, keyPrefix: prefix, keyExpiresAt: key.expiresAt }
     } finally {
       if (admitted) throttle?.settle(client)
     }

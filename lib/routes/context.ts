@@ -5,6 +5,7 @@ import type { RenderedFiles } from '../downloads/rendered-files.js'
 import type { IdempotencyReleaser } from './idempotency-releaser.js'
 import type { KeyHasher } from '../keys/key-hasher.js'
 import type { KeyVerifier } from '../keys/key-verifier.js'
+import type { LinkSigner } from '../keys/link-tokens.js'
 import type { PluginMetrics } from '../metrics.js'
 import type { RenderedBodies } from '../downloads/rendered-bodies.js'
 import type { ResolvedOptions } from '../options.js'
@@ -18,6 +19,8 @@ export interface PluginContext {
   storage: Storage
   hasher: KeyHasher
   verifier: KeyVerifier
+  /** signs and verifies download links' tokens, with the secrets the store shares */
+  links: LinkSigner
   usage: UsageRecorder
   housekeeping: Housekeeping
   idempotencyReleaser: IdempotencyReleaser

@@ -13,17 +13,18 @@ import { EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, readTimestamp } from '../inputs.j
 import { usageAnswerPieces } from './usage-answer.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, InternalServerError, KeyNotFoundError,
-  ManagementNotAuthorizedError, PipelineNotFoundError
+  LinkNotFoundError, ManagementNotAuthorizedError, PipelineNotFoundError
 } from '../errors.js'
 import { MANAGE_API_KEYS, type ResolvedOptions } from '../options.js'
 import {
   ApiKey, ApiKeyWithValue, CreateKeyBody, Endpoint, EndpointParams, ErrorBody, KeyParams, ProjectParams,
   PutEndpointBody, ResourcesAnswer, UpdateKeyBody, UsageAnswer, UsageQuerystring, AuditAnswer, AuditQuerystring,
   EndpointKeyParams, EndpointsQuerystring, KeysQuerystring, NextPageHeader, NoQuerystring,
+  LinkParams, LinksAnswer, LinksQuerystring, type LinkBody,
   type ApiKeyBody, type EndpointBody, type ResourceItem
 } from './schemas.js'
 import { bucketStart, DAY_MS, HOUR_MS } from '../storage/usage-buckets.js'
-import { PrefixTakenError, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
+import { PrefixTakenError, type LinkRecord, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
 import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage } from '../storage/storage.js'
 import { foldSearch } from '../storage/list-cursor.js'
 import { hostOf } from './data-routes.js'
@@ -60,6 +61,18 @@ function endpointBody (e: EndpointRecord, resourceName: string | undefined): End
     calls: e.calls,
     keys: e.keys,
     createdAt: e.createdAt.toISOString()
+  }
+}
+
+function linkBody (l: LinkRecord): LinkBody {
+  return {
+    id: l.id,
+    keyId: l.keyId,
+    endpointId: l.endpointId,
+    params: l.params,
+    createdAt: l.createdAt.toISOString(),
+    expiresAt: l.expiresAt.toISOString(),
+    revokedAt: l.revokedAt === null ? null : l.revokedAt.toISOString()
   }
 }
 
@@ -343,6 +356,22 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
         (replaced) => { answer = answerText(reply, 200, ApiKeyWithValue, { ...keyBody(replaced), key: s.value }) }))
     if (record === null) throw new KeyNotFoundError()
     return sendAnswer(reply, answer)
+  })
+
+  // Download links (DESIGN.md §4.2): never their tokens, which only minting shows.
+  app.get('/:organization/:project/links', {
+    schema: { params: ProjectParams, querystring: LinksQuerystring, response: { 200: LinksAnswer, ...errors(400, 403) } }
+  }, async (request) => {
+    const { keyId, limit = 100 } = request.query
+    return { items: (await storage.listLinks(request.params, { keyId, limit })).map(linkBody) }
+  })
+
+  app.delete('/:organization/:project/links/:linkId', {
+    schema: { params: LinkParams, querystring: NoQuerystring, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
+  }, async (request, reply) => {
+    const { linkId, ...project } = request.params
+    if (await storage.revokeLink(project, linkId, await auditOf(request)) === null) throw new LinkNotFoundError()
+    return reply.code(204).send(null)
   })
 
   app.get('/:organization/:project/usage', {

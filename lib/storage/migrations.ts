@@ -1,5 +1,6 @@
 import { LATEST_TIMESTAMP } from '../inputs.js'
 import { migrationSql, type Dialect, type Migration } from './table-list.js'
+import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
 
 // Migrations from number 6 on, shared by both adapters. The first five
 // (MIGRATIONS in sqlite-storage.ts and pg-storage.ts) were written once per
@@ -65,6 +66,12 @@ DROP INDEX usage_daily_key;
 CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE (outcome, count);`
       }
     }]
+  },
+  // (Issue 24 takes the 10th entry; the 8th and 9th are issues 25 and 26's.
+  // Whichever lands later keeps that order when merging.)
+  {
+    why: 'Download links (issue 24, DESIGN.md §4.2): one row per link, gone with its key, and the secrets that sign them',
+    steps: [{ createTable: LINKS_TABLE }, { createTable: LINK_SECRETS_TABLE }]
   }
 ]
 

@@ -8,13 +8,16 @@ import {
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
-  InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery
+  InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
+  type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
-import { keyChanges, keyIdChanges } from './audit-changes.js'
+import { keyChanges, keyIdChanges, linkChanges } from './audit-changes.js'
 import { endpointPath } from './endpoint-path.js'
 import { dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
+import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
+import { fromRow, insertSql, toColumns } from './table-list.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 import { LookupBatch } from './lookup-batch.js'
 import { mergeSeries } from './usage-series.js'
@@ -278,6 +281,27 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
 // PostgreSQL text cannot hold NUL (U+0000), and a query that sends one fails.
 // No stored id, moniker or prefix has one, so a lookup by such a value finds
 // nothing, as it would on SQLite; writes of such a value still fail.
+interface LinkUseRow {
+  revoked_at: Date | null
+  key_prefix: string
+  key_id: string
+  prefix: string
+  is_active: boolean
+  expires_at: Date | null
+  endpoint_id: string | null
+  organization: string | null
+  project: string | null
+  model_sequence: string | null
+  type: ResourceType | null
+  resource_sequence: string | null
+  assigned: boolean
+}
+
+function toLink (row: Record<string, unknown>): LinkRecord {
+  const { keyPrefix, ...link } = fromRow(LINKS_TABLE, 'pg', row)
+  return link as unknown as LinkRecord
+}
+
 function hasNul (...values: string[]): boolean {
   return values.some((v) => v.includes('\u0000'))
 }
@@ -479,6 +503,23 @@ export class PgStorage implements Storage {
       purgeIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < now() - $1::float8 * interval '1 millisecond'`,
       pruneIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < $1`,
       completeIdempotency: `UPDATE ${t('idempotency_keys')} SET response = $4 WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3`,
+      insertLink: insertSql(LINKS_TABLE, 'pg', t('links')),
+      getLink: `SELECT l.* FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id
+                 WHERE l.id = $1 AND k.organization = $2 AND k.project = $3`,
+      // Every use of a link: its state, its key's and its endpoint's, in one read.
+      linkUse: `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
+                       e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
+                       EXISTS (SELECT 1 FROM ${t('endpoint_keys')} ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+                  FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id LEFT JOIN ${t('endpoints')} e ON e.id = l.endpoint_id
+                 WHERE l.id = $1`,
+      listLinks: `SELECT l.* FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id
+                   WHERE k.organization = $1 AND k.project = $2 AND ($3::text IS NULL OR l.key_id = $3)
+                   ORDER BY l.created_at DESC, l.id DESC LIMIT $4`,
+      revokeLink: `UPDATE ${t('links')} SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING *`,
+      pruneLinks: `DELETE FROM ${t('links')} WHERE expires_at < $1`,
+      listLinkSecrets: `SELECT * FROM ${t('link_secrets')} ORDER BY created_at, id`,
+      addLinkSecret: insertSql(LINK_SECRETS_TABLE, 'pg', t('link_secrets')) + ' ON CONFLICT (id) DO NOTHING',
+      deleteLinkSecret: `DELETE FROM ${t('link_secrets')} WHERE id = $1`,
       releaseIdempotency: `DELETE FROM ${t('idempotency_keys')}
                             WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3 AND claim_token = $4 AND response IS NULL`
     }
@@ -988,6 +1029,83 @@ export class PgStorage implements Storage {
 
   async pruneIdempotencyKeys (before: Date): Promise<number> {
     return (await this.run(this.sql.pruneIdempotency, [before])).rowCount ?? 0
+  }
+
+  async createLink (project: ProjectRef, link: NewLink, audit: AuditContext): Promise<LinkRecord | null> {
+    if (hasNul(project.organization, project.project, link.keyId)) return null
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const known = await this.query(client, this.sql.projectKeys, [project.organization, project.project, [link.keyId]])
+      if (known.rowCount === 0) return null
+      await this.query(client, this.sql.insertLink, toColumns(LINKS_TABLE, 'pg', { ...link, createdAt: new Date(), revokedAt: null }))
+      const { rows } = await this.query<Record<string, unknown>>(client, this.sql.getLink, [link.id, project.organization, project.project])
+      const created = toLink(rows[0])
+      await this.audit(client, project, audit, 'link.created', link.id, linkChanges(created), { keyId: link.keyId, endpointId: link.endpointId })
+      return created
+    })
+  }
+
+  async findLinkUse (linkId: string): Promise<LinkUse | null> {
+    if (hasNul(linkId)) return null
+    const { rows } = await this.run<LinkUseRow>(this.sql.linkUse, [linkId])
+    if (rows.length === 0) return null
+    const row = rows[0]
+    return {
+      revokedAt: row.revoked_at,
+      keyPrefix: row.key_prefix,
+      key: { id: row.key_id, prefix: row.prefix, isActive: row.is_active, expiresAt: row.expires_at?.getTime() ?? null },
+      assigned: row.assigned,
+      endpoint: row.endpoint_id === null
+        ? null
+        : {
+            id: row.endpoint_id,
+            organization: row.organization as string,
+            project: row.project as string,
+            modelSequence: Number(row.model_sequence),
+            type: row.type as ResourceType,
+            resourceSequence: Number(row.resource_sequence)
+          }
+    }
+  }
+
+  async listLinks (project: ProjectRef, query: LinkListQuery): Promise<LinkRecord[]> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '')) return []
+    const { rows } = await this.run<Record<string, unknown>>(this.sql.listLinks,
+      [project.organization, project.project, query.keyId ?? null, query.limit])
+    return rows.map(toLink)
+  }
+
+  async revokeLink (project: ProjectRef, linkId: string, audit: AuditContext): Promise<LinkRecord | null> {
+    if (hasNul(project.organization, project.project, linkId)) return null
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const found = await this.query<Record<string, unknown>>(client, this.sql.getLink + ' FOR UPDATE OF l', [linkId, project.organization, project.project])
+      if (found.rows.length === 0) return null
+      const { rows } = await this.query<Record<string, unknown>>(client, this.sql.revokeLink, [linkId])
+      if (rows.length === 0) return toLink(found.rows[0])
+      const after = toLink(rows[0])
+      await this.audit(client, project, audit, 'link.revoked', linkId, { revokedAt: { from: null, to: after.revokedAt?.toISOString() } },
+        { keyId: after.keyId, endpointId: after.endpointId })
+      return after
+    })
+  }
+
+  async pruneLinks (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneLinks, [before])).rowCount ?? 0
+  }
+
+  async listLinkSecrets (): Promise<LinkSecret[]> {
+    const { rows } = await this.run<Record<string, unknown>>(this.sql.listLinkSecrets)
+    return rows.map((r) => fromRow(LINK_SECRETS_TABLE, 'pg', r) as unknown as LinkSecret)
+  }
+
+  async addLinkSecret (secret: LinkSecret): Promise<void> {
+    await this.run(this.sql.addLinkSecret, toColumns(LINK_SECRETS_TABLE, 'pg', { ...secret }))
+  }
+
+  async deleteLinkSecret (id: string): Promise<boolean> {
+    if (hasNul(id)) return false
+    return (await this.run(this.sql.deleteLinkSecret, [id])).rowCount === 1
   }
 
   /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */
