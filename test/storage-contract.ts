@@ -793,6 +793,13 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       for (const limit of [1, 2, 4, 6]) {
         t.same(tuples(await s.queryUsage(p, { ...shared, limit })), sharedRows.slice(0, limit), `limit ${limit} cuts the merged list`)
       }
+      if (s.countUsage !== undefined) {
+        for (const limit of [1, 6, 7, 8, 100]) {
+          t.equal(await s.countUsage(p, { ...shared, limit }), Math.min(limit, 7), `countUsage counts as far as its limit (${limit})`)
+        }
+        t.equal(await s.countUsage(p, { ...shared, endpointId: id2, keyId: k2.id, limit: 10 }), 1, 'countUsage filters as queryUsage')
+        t.equal(await s.countUsage(newProject(), { ...shared }), 0, 'countUsage: another project has none')
+      }
       t.same(tuples(await s.queryUsage(p, { ...shared, granularity: 'day', from: new Date(Date.UTC(2030, 0, 4)) })), inUsageOrder([
         [Date.UTC(2030, 0, 4), id1, k1.id, 'disabled', 7],
         [Date.UTC(2030, 0, 4), id1, k1.id, 'ok', 7],

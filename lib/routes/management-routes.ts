@@ -387,12 +387,13 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     await flushUsage()
     const limit = options.usageQueryMaxRows
     // Every bucket that overlaps [from, to): from the one that holds `from`.
-    const rows = await storage.queryUsage(request.params, {
-      granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit: limit + 1
-    })
-    if (rows.length > limit) {
-      throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
-    }
+    const query = { granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit: limit + 1 }
+    const overCap = (): Error =>
+      new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
+    // A store that counts refuses a range over the cap without reading its rows.
+    if (storage.countUsage !== undefined && await storage.countUsage(request.params, query) > limit) throw overCap()
+    const rows = await storage.queryUsage(request.params, query)
+    if (rows.length > limit) throw overCap()
     // The schema documents the answer; usageAnswerPieces writes its text,
     // streamed a piece at a time (Fastify pipes it, with backpressure).
     const body: unknown = Readable.from(usageAnswerPieces(granularity, rows), { objectMode: false })

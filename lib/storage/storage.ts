@@ -318,6 +318,12 @@ export interface Storage {
    * deleted key's stays.
    */
   queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]>
+  /**
+   * Optional: how many rows `queryUsage` would answer, counting no further
+   * than `query.limit`. With it the usage route refuses a range over its
+   * row cap without reading the rows.
+   */
+  countUsage? (project: ProjectRef, query: UsageQuery): Promise<number>
   /** Deletes history buckets that start before `before`; answers how many. */
   pruneUsage (before: Date): Promise<number>
 
