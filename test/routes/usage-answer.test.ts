@@ -1,11 +1,11 @@
 import { test } from 'tap'
-import { usageAnswerPieces } from '../../lib/routes/usage-answer.js'
+import { USAGE_PIECE_BYTES, usageAnswerPieces } from '../../lib/routes/usage-answer.js'
 import type { UsageRow } from '../../lib/storage/storage.js'
 
 // The usage route writes its answer by hand (lib/routes/usage-answer.ts); it
 // must be exactly what JSON.stringify makes of the documented object.
 function usageAnswerJson (granularity: 'hour' | 'day', rows: UsageRow[]): string {
-  return [...usageAnswerPieces(granularity, rows)].join('')
+  return Buffer.concat([...usageAnswerPieces(granularity, rows)]).toString('utf8')
 }
 
 function reference (granularity: 'hour' | 'day', rows: UsageRow[]): string {
@@ -32,17 +32,28 @@ test('the usage answer is the JSON of the documented object, byte for byte', asy
   t.same(JSON.parse(usageAnswerJson('hour', rows)).rows[4].keyId, 'quote " and \\ and \u2028', 'an escaped id reads back')
 })
 
-test('a long answer comes in pieces of 4,096 rows, together the same bytes', async (t) => {
+test('a long answer comes in pieces of at most 64 KiB, together the same bytes', async (t) => {
   const rows: UsageRow[] = Array.from({ length: 10_000 }, (_, i) => ({
     start: new Date(Date.UTC(2030, 0, 1) + Math.floor(i / 3) * 3_600_000),
     endpointId: `e${i % 2}`,
     keyId: i % 5 === 0 ? null : `k${i % 7}`,
     outcome: i % 11 === 0 ? 'unknown_key' : 'ok',
-    count: i + 1
+    count: i % 13 === 0 ? 9_007_199_254_740_991 : i
   }))
   const pieces = [...usageAnswerPieces('hour', rows)]
-  t.equal(pieces.length, 3, 'rows 1-4096, 4097-8192, then the rest with the end')
-  t.equal(pieces.join(''), reference('hour', rows), 'the same bytes as JSON.stringify')
-  // Exactly 4,096 rows: the last piece is the end alone.
-  t.equal([...usageAnswerPieces('day', rows.slice(0, 4096))].join(''), reference('day', rows.slice(0, 4096)))
+  const expected = reference('hour', rows)
+  t.ok(pieces.length > Buffer.byteLength(expected) / USAGE_PIECE_BYTES, `${pieces.length} pieces`)
+  t.ok(pieces.every((p) => p.length <= USAGE_PIECE_BYTES && p.length > 0), 'none longer than 64 KiB, none empty')
+  t.equal(Buffer.concat(pieces).toString('utf8'), expected, 'the same bytes as JSON.stringify')
+  // A row longer than a piece gets a piece of its own size.
+  const long = [{ ...rows[1], keyId: 'k'.repeat(USAGE_PIECE_BYTES + 10) }, rows[2]]
+  t.equal(usageAnswerJson('day', long), reference('day', long), 'a row longer than a piece')
+  // Sizes around the end of the first piece (678 rows start a second): the closing bytes still fit.
+  for (let n = 660; n < 700; n++) t.equal(usageAnswerJson('day', rows.slice(0, n)), reference('day', rows.slice(0, n)))
+})
+
+test('counts that are not safe integers are written as JSON writes them', async (t) => {
+  const start = new Date(Date.UTC(2030, 0, 1))
+  const rows: UsageRow[] = [0, 1, 10, 99, 2 ** 53, 1.5, -3].map((count) => ({ start, endpointId: 'e', keyId: 'k', outcome: 'ok', count }))
+  t.equal(usageAnswerJson('day', rows), reference('day', rows))
 })
