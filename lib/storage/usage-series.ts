@@ -62,13 +62,14 @@ export async function mergeSeries (series: readonly UsageSeries[], limit: number
   }
   const starts = [...byStart.keys()].sort((a, b) => a - b)
   await setImmediate()
+  const keyIds = ordered.map((s) => (s.keyId === '' ? null : s.keyId))
   const rows: UsageRow[] = []
   for (const start of starts) {
     const at = new Date(start * 1000)
     const bucket = byStart.get(start) as number[]
     for (let i = 0; i < bucket.length && rows.length < limit; i += 2) {
-      const { endpointId, keyId, outcome } = ordered[bucket[i]]
-      rows.push({ start: at, endpointId, keyId: keyId === '' ? null : keyId, outcome, count: bucket[i + 1] })
+      const s = bucket[i]
+      rows.push({ start: at, endpointId: ordered[s].endpointId, keyId: keyIds[s], outcome: ordered[s].outcome, count: bucket[i + 1] })
       if (rows.length % TURN === 0) await setImmediate()
     }
     if (rows.length >= limit) break
