@@ -1,5 +1,5 @@
 import { test } from 'tap'
-import { USAGE_PIECE_BYTES, usageAnswerPieces } from '../../lib/routes/usage-answer.js'
+import { USAGE_PIECE_BYTES, usageAnswerPieces, usageAnswerWithTurns } from '../../lib/routes/usage-answer.js'
 import type { UsageRow } from '../../lib/storage/storage.js'
 
 // The usage route writes its answer by hand (lib/routes/usage-answer.ts); it
@@ -56,4 +56,21 @@ test('counts that are not safe integers are written as JSON writes them', async 
   const start = new Date(Date.UTC(2030, 0, 1))
   const rows: UsageRow[] = [0, 1, 10, 99, 2 ** 53, 1.5, -3].map((count) => ({ start, endpointId: 'e', keyId: 'k', outcome: 'ok', count }))
   t.equal(usageAnswerJson('day', rows), reference('day', rows))
+})
+
+test('the streamed answer is the same bytes, with turns of the event loop between its pieces', async (t) => {
+  const rows: UsageRow[] = Array.from({ length: 20_000 }, (_, i) => ({
+    start: new Date(Date.UTC(2030, 0, 1) + Math.floor(i / 50) * 86_400_000), endpointId: 'e', keyId: `k${i % 50}`, outcome: 'ok', count: i
+  }))
+  let turned = -1
+  let consumed = 0
+  setImmediate(() => { turned = consumed })
+  const pieces: Buffer[] = []
+  for await (const piece of usageAnswerWithTurns('day', rows)) {
+    pieces.push(piece)
+    consumed++
+  }
+  t.ok(pieces.length > 8, `${pieces.length} pieces`)
+  t.equal(Buffer.concat(pieces).toString('utf8'), reference('day', rows), 'the same bytes as JSON.stringify')
+  t.ok(turned > 0 && turned < pieces.length, `the event loop turned after ${turned} of ${pieces.length} pieces`)
 })
