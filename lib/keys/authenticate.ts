@@ -9,6 +9,7 @@ import {
 import type { EndpointLocator, Storage } from '../storage/storage.js'
 import type { UsageRecorder } from '../storage/usage-recorder.js'
 import type { KeyVerifier } from './key-verifier.js'
+import type { KeyLimiter } from './key-limits.js'
 
 export interface DataRouteParams {
   organization: string
@@ -76,7 +77,8 @@ function isLoopback (ip: string): boolean {
 }
 
 /**
- * The key hook of the data routes (DESIGN.md §2 steps 1-6), run in
+ * The key hook of the data routes (DESIGN.md §2 steps 1-6, and the key's
+ * limits of §4.3 between 5 and 6), run in
  * `onRequest` so that an unauthenticated body is never read. Each refusal
  * throws a catalogue error; the context's error handler writes `{ message }`.
  */
@@ -87,10 +89,11 @@ export interface KeyCheckParts {
   usage: UsageRecorder
   /** null when the failure throttle is off */
   throttle: FailureThrottle | null
+  limiter: KeyLimiter
   requireHttps: boolean
 }
 
-export function authenticateHook ({ storage, verifier, usage, throttle, requireHttps }: KeyCheckParts) {
+export function authenticateHook ({ storage, verifier, usage, throttle, limiter, requireHttps }: KeyCheckParts) {
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).
@@ -209,6 +212,10 @@ export function authenticateHook ({ storage, verifier, usage, throttle, requireH
         usage.recordRefusal(endpointId, key.id, 'expired')
         refuse(client, new ExpiredKeyError())
       }
+
+      // The key's limits (DESIGN.md §4.3): a refusal here is no call of the key.
+      const download = locator.type === 'dataset' && request.method === 'GET'
+      await limiter.admit(reply, { endpointId, keyId: key.id, limits: key.limits, bytesToday: key.bytesToday }, download)
 
       usage.record(endpointId, key.id)
       request.dataEndpointCall = { locator, endpointId, keyId: key.id }

@@ -123,16 +123,46 @@ const ExpiresAt = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]
   description: 'ISO 8601 date-time with an offset (e.g. `2027-01-01T00:00:00Z`), in the future; null: never'
 })
 
+// A key's limit (DESIGN.md §4.3): a JSON integer from 1, or null for none.
+const Limit = (description: string) => Type.Union([Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }), Type.Null()], { description })
+const LIMIT_DESCRIPTIONS = {
+  requestsPerMinute: 'calls of the key in each UTC minute, across instances; beyond, 429 `Rate limit exceeded`',
+  concurrentDownloads: 'dataset downloads of the key streaming at once, across instances; beyond, 429 `Too many concurrent downloads`',
+  bytesPerDay: 'bytes the key\'s downloads may send in a UTC day: a download starts while the day\'s bytes are below it; ' +
+    'beyond, 429 `Daily download quota exceeded`'
+}
+
+/** Limits as a body gives them: the ones named are set (null: none), the others stay (PATCH) or are none (creation). */
+const LimitsInput = Type.Object({
+  requestsPerMinute: Type.Optional(Limit(LIMIT_DESCRIPTIONS.requestsPerMinute)),
+  concurrentDownloads: Type.Optional(Limit(LIMIT_DESCRIPTIONS.concurrentDownloads)),
+  bytesPerDay: Type.Optional(Limit(LIMIT_DESCRIPTIONS.bytesPerDay))
+}, { additionalProperties: false, description: 'each a positive integer, or null for none' })
+
+export const KeyLimitsSchema = Type.Object({
+  requestsPerMinute: Limit(LIMIT_DESCRIPTIONS.requestsPerMinute),
+  concurrentDownloads: Limit(LIMIT_DESCRIPTIONS.concurrentDownloads),
+  bytesPerDay: Limit(LIMIT_DESCRIPTIONS.bytesPerDay)
+}, { description: 'the key\'s limits (null: none)' })
+
 export const CreateKeyBody = Type.Object({
   purpose: Purpose,
   isActive: Type.Optional(Type.Boolean()),
-  expiresAt: Type.Optional(ExpiresAt)
+  expiresAt: Type.Optional(ExpiresAt),
+  limits: Type.Optional(Type.Object(LimitsInput.properties, {
+    additionalProperties: false,
+    description: 'the key\'s limits, each a positive integer or null; absent: the plugin\'s `defaultKeyLimits`; a limit not named: none'
+  }))
 }, { additionalProperties: false })
 
 export const UpdateKeyBody = Type.Object({
   purpose: Type.Optional(Purpose),
   isActive: Type.Optional(Type.Boolean()),
-  expiresAt: Type.Optional(ExpiresAt)
+  expiresAt: Type.Optional(ExpiresAt),
+  limits: Type.Optional(Type.Object(LimitsInput.properties, {
+    additionalProperties: false,
+    description: 'the limits named change (null removes one); the others stay'
+  }))
 }, { additionalProperties: false })
 
 export const PutEndpointBody = Type.Object({
@@ -148,7 +178,8 @@ export const ApiKey = Type.Object({
   updatedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
   expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
     description: 'from this time on the key is inactive; null: never'
-  })
+  }),
+  limits: KeyLimitsSchema
 })
 
 export const ApiKeyWithValue = Type.Object({
@@ -189,7 +220,8 @@ export const UsageQuerystring = Type.Object({
 
 export const UsageOutcomeSchema = Type.Enum(USAGE_OUTCOMES, {
   description: '`ok`; `unknown_key`: a wrong secret on a prefix assigned to the endpoint (a guess at that key); ' +
-    '`disabled`; `expired`; with no key: `no_key` (none sent), `unknown_prefix` (malformed, or no key of this endpoint)'
+    '`disabled`; `expired`; `rate_limited`: refused for one of the key\'s limits; ' +
+    'with no key: `no_key` (none sent), `unknown_prefix` (malformed, or no key of this endpoint)'
 })
 
 export const UsageAnswer = Type.Object({
@@ -199,7 +231,8 @@ export const UsageAnswer = Type.Object({
     endpointId: Type.String(),
     keyId: Type.Union([Type.String(), Type.Null()]),
     outcome: UsageOutcomeSchema,
-    count: Type.Integer({ minimum: 1 })
+    count: Type.Integer({ minimum: 0, description: 'requests; 0 in a bucket that holds only bytes of a download that began in an earlier hour' }),
+    bytes: Type.Integer({ minimum: 0, description: 'bytes the downloads of the bucket sent (outcome ok), counted as they go' })
   }))
 })
 
