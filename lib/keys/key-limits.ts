@@ -46,8 +46,10 @@ function byteLength (chunk: unknown): number {
 function countBodyBytes (raw: ServerResponse, sent: (bytes: number) => void): void {
   const write = raw.write
   const end = raw.end
+  // An `end` that writes its chunk through `write` (light-my-request's does) counts it once.
+  let ending = false
   const count = (chunk: unknown): void => {
-    if (chunk === undefined || chunk === null || typeof chunk === 'function' || raw.destroyed || raw.statusCode >= 400) return
+    if (ending || chunk === undefined || chunk === null || typeof chunk === 'function' || raw.destroyed || raw.statusCode >= 400) return
     const n = byteLength(chunk)
     if (n > 0) sent(n)
   }
@@ -57,7 +59,12 @@ function countBodyBytes (raw: ServerResponse, sent: (bytes: number) => void): vo
   } as ServerResponse['write']
   raw.end = function (this: ServerResponse, chunk?: unknown, ...rest: unknown[]) {
     count(chunk)
-    return (end as (...args: unknown[]) => ServerResponse).call(this, chunk, ...rest)
+    ending = true
+    try {
+      return (end as (...args: unknown[]) => ServerResponse).call(this, chunk, ...rest)
+    } finally {
+      ending = false
+    }
   } as ServerResponse['end']
 }
 
