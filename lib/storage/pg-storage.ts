@@ -692,7 +692,7 @@ export class PgStorage implements Storage {
       where.push(`(strpos(lower(prefix COLLATE "C"), $${params.length}) > 0 OR strpos(lower(purpose COLLATE "C"), $${params.length}) > 0)`)
     }
     const { rows } = await this.run<KeyRow & { cursor_at: string }>(
-      `SELECT id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at,
+      `SELECT id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at, requests_per_minute, concurrent_downloads, bytes_per_day,
               to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS cursor_at
          FROM ${this.t('api_keys')} WHERE ${where.join(' AND ')} ORDER BY created_at, id LIMIT $3`, params)
     const last = rows.length > query.limit ? rows[query.limit - 1] : undefined
