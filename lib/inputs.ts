@@ -61,3 +61,35 @@ const PLAIN_DIGITS = /^[0-9]+$/
 export function isPlainInteger (text: unknown): text is string {
   return typeof text === 'string' && PLAIN_DIGITS.test(text) && Number.isSafeInteger(Number(text))
 }
+
+// A JSON text's tokens, enough to tell each number from the key it is the value
+// of: strings (escapes included), numbers as JSON writes them, and the rest.
+const JSON_TOKEN = /\s+|"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|[{}[\],:]|true|false|null/y
+
+/**
+ * The first number of a JSON text that is not an integer in plain digits
+ * (`2.0`, `1e2`, `-0.5`), with the key it is the value of (null inside an
+ * array at the top, or before any key): our bodies hold integers only, and
+ * JSON.parse reads `1e2` as 100 and `2.0` as 2, which would pass a schema that
+ * says integer. Null when every number is plain, or where the text stops being
+ * JSON (the parser then answers for it).
+ */
+export function numberNotInPlainDigits (json: string): { key: string | null, number: string } | null {
+  let lastString: string | null = null
+  let key: string | null = null
+  JSON_TOKEN.lastIndex = 0
+  while (JSON_TOKEN.lastIndex < json.length) {
+    const at = JSON_TOKEN.lastIndex
+    const m = JSON_TOKEN.exec(json)
+    if (m === null) return null
+    const token = m[0]
+    const first = token.charCodeAt(0)
+    if (first === 34 /* " */) lastString = token
+    else if (token === ':') key = lastString === null ? null : JSON.parse(lastString) as string
+    else if ((first === 45 /* - */ || (first >= 48 && first <= 57)) && !PLAIN_DIGITS.test(token.startsWith('-') ? token.slice(1) : token)) {
+      return { key, number: token }
+    }
+    if (JSON_TOKEN.lastIndex === at) return null
+  }
+  return null
+}

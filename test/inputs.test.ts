@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import t from 'tap'
-import { EARLIEST_TIMESTAMP, isPlainInteger, LATEST_TIMESTAMP, readTimestamp } from '../lib/inputs.js'
+import { EARLIEST_TIMESTAMP, isPlainInteger, LATEST_TIMESTAMP, numberNotInPlainDigits, readTimestamp } from '../lib/inputs.js'
+import { ADMIN, buildApp } from './helper.js'
 import { checkProperty, integerText, plainIntegerOf, STORABLE, timestampCases } from './fuzz-arbitraries.js'
 
 // lib/inputs.ts against an oracle that shares no code with it (its days come
@@ -62,4 +63,41 @@ t.test('isPlainInteger: decimal digits only, exact as a number', async (t) => {
     if (isPlainInteger(text) !== expected) throw new Error(`${JSON.stringify(text)}: ${String(!expected)}, expected ${String(expected)}`)
   }), 5000)
   for (const value of [5, true, null, undefined, ['5']]) t.equal(isPlainInteger(value), false, `${JSON.stringify(value)}: not text`)
+})
+
+t.test('numberNotInPlainDigits: the first number of a JSON body that is not an integer in plain digits, with its key', async (t) => {
+  const cases: Array<[string, { key: string | null, number: string } | null]> = [
+    ['{"a":1,"b":-20,"c":[0,3]}', null],
+    ['{"a":"1e2 2.0","b\\"":"x\\" 1.5"}', null], // numbers inside strings, escaped quotes
+    ['{"limits":{"requestsPerMinute":1e2}}', { key: 'requestsPerMinute', number: '1e2' }],
+    ['{"expiresIn": 2.0}', { key: 'expiresIn', number: '2.0' }],
+    ['{"keyIds":["a"],"n":[1,-0.5]}', { key: 'n', number: '-0.5' }],
+    ['[1E3]', { key: null, number: '1E3' }],
+    ['{"a":1', null], // not JSON: the parser answers for it
+    ['{"a":01}', null] // digits, but not JSON: the parser answers
+  ]
+  for (const [json, expected] of cases) t.same(numberNotInPlainDigits(json), expected, json)
+
+  // Against JSON.stringify, which writes an integer below 1e21 in plain digits and any other number otherwise.
+  await checkProperty(t, 'null exactly when every number is written in plain digits', fc.asyncProperty(fc.jsonValue(), async (value) => {
+    const numbers: number[] = []
+    JSON.parse(JSON.stringify(value), (_k, v: unknown) => { if (typeof v === 'number') numbers.push(v); return v })
+    const allPlain = numbers.every((n) => /^-?[0-9]+$/.test(JSON.stringify(n)))
+    return (numberNotInPlainDigits(JSON.stringify(value, null, 1)) === null) === allPlain
+  }), 2000)
+})
+
+t.test('a management body with a number not in plain digits is 400, naming its key, before anything is written', async (t) => {
+  const { app } = await buildApp(t)
+  for (const body of ['{"purpose":"p","isActive":true,"n":1e2}', '{"purpose":"p","n":2.0}']) {
+    const res = await app.inject({ method: 'POST', url: '/api-keys/org/proj/keys', headers: { ...ADMIN, 'content-type': 'application/json' }, payload: body })
+    t.equal(res.statusCode, 400, body)
+    t.match(res.json(), { message: /^Invalid n: must be an integer in plain digits/ })
+  }
+  const list = await app.inject({ method: 'GET', url: '/api-keys/org/proj/keys', headers: ADMIN })
+  t.same(list.json(), [], 'no key was made')
+  const ok = await app.inject({ method: 'POST', url: '/api-keys/org/proj/keys', headers: { ...ADMIN, 'content-type': 'application/json' }, payload: '{"purpose":"1e2 in a string is text"}' })
+  t.equal(ok.statusCode, 201)
+  const proto = await app.inject({ method: 'POST', url: '/api-keys/org/proj/keys', headers: { ...ADMIN, 'content-type': 'application/json' }, payload: '{"purpose":"p","__proto__":{"x":1}}' })
+  t.equal(proto.statusCode, 400, 'prototype poisoning is still refused')
 })

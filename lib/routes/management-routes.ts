@@ -27,6 +27,7 @@ import { NO_LIMITS, PrefixTakenError, type AuditContext, type ResourceType, type
 import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage } from '../storage/storage.js'
 import { foldSearch } from '../storage/list-cursor.js'
 import { hostOf } from './data-routes.js'
+import { plainJsonBodies } from './json-body.js'
 
 const PREFIX_ATTEMPTS = 5
 /** A list asked for without `limit`: all of it, as before lists had pages. */
@@ -156,6 +157,7 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
   // preflight, with the victim's cookies: without this parser such a post
   // (say, to regenerate a key) is refused with 415 before any handler runs.
   app.removeContentTypeParser('text/plain')
+  plainJsonBodies(app)
   await app.register(fastifyAuth)
 
   app.addHook('onRequest', app.auth([async (request) => requireManageApiKeys(options, request)]))
