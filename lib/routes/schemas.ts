@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 import {
-  IdempotencyInProgressError, ParquetEncodersBusyError, SUPPORTED_FORMATS as FORMAT_LIST, TarSpoolFullError, TooManyFailuresError,
+  IdempotencyInProgressError, ParquetEncodersBusyError, SUPPORTED_FORMATS as FORMAT_LIST, TarSpoolFullError, TooManyFailuresError, RateLimitedError, TooManyDownloadsError, DailyQuotaError,
   VerificationBusyError
 } from '../errors.js'
 import { FORMAT_NAMES } from '../formats/types.js'
@@ -327,11 +327,19 @@ const WrongMethod = Type.Object({ message: Type.String() }, {
   description: '`Endpoint or method not allowed`: GET on a pipeline, POST on a dataset, or another method',
   headers: AllowHeader
 })
-const TooMany = Type.Object({ message: Type.String() }, {
-  description: `${quoted(TooManyFailuresError)} (too many failed authentications from this address) or ` +
-    `${quoted(VerificationBusyError)} (too many key verifications waiting)`,
-  headers: RetryAfterHeader
+// The RateLimit fields of draft-ietf-httpapi-ratelimit-headers-11, on every answer to a key with a request limit.
+const RateLimitHeaders = {
+  'ratelimit-policy': Type.String({ description: '`"minute";q=<requestsPerMinute>;w=60`: only for a key with a `requestsPerMinute` limit' }),
+  ratelimit: Type.String({ description: '`"minute";r=<calls left this UTC minute>;t=<seconds until it ends>`: only for a key with a `requestsPerMinute` limit' })
+}
+const LIMIT_REFUSALS = `${quoted(RateLimitedError)} (the key's requestsPerMinute), ${quoted(TooManyDownloadsError)} (its concurrentDownloads; ` +
+  `Retry-After: 1) or ${quoted(DailyQuotaError)} (its bytesPerDay; Retry-After: until the next UTC day)`
+const tooMany = (limits: string): ReturnType<typeof Type.Object> => Type.Object({ message: Type.String() }, {
+  description: `${quoted(TooManyFailuresError)} (too many failed authentications from this address), ` +
+    `${quoted(VerificationBusyError)} (too many key verifications waiting), or ${limits}`,
+  headers: { ...RetryAfterHeader, ...RateLimitHeaders }
 })
+const TooMany = tooMany(LIMIT_REFUSALS)
 
 export const DatasetHeaders = Type.Object({
   'if-none-match': Type.Optional(Type.String({
@@ -361,7 +369,8 @@ export const DatasetResponses = {
       'content-disposition': Type.String({ description: 'attachment with a file name from the dataset' }),
       ...EtagHeaders,
       'content-encoding': Type.String({ description: '`br` or `gzip` when Accept-Encoding asked for it and the body is text or tar, over 1 KiB' }),
-      vary: Type.String({ description: '`accept-encoding`' })
+      vary: Type.String({ description: '`accept-encoding`' }),
+      ...RateLimitHeaders
     },
     content: {
       'application/sql': { schema: Type.String({ description: 'format=sql: a script that creates the tables and inserts the rows in one transaction' }) },
@@ -418,6 +427,7 @@ export const JobReference = Type.Object({
 }, {
   description: 'the job reference of the run this call started, or with `Idempotent-Replayed: true` the first call\'s, replayed',
   headers: {
+    ...RateLimitHeaders,
     'idempotent-replayed': Type.Enum(['true'], {
       type: 'string',
       description: '`true` when the body replays the first call with this `Idempotency-Key` (nothing started); absent otherwise'
@@ -434,7 +444,7 @@ export const PipelineResponses = {
   405: WrongMethod,
   409: errorBody(`${quoted(IdempotencyInProgressError)}: another call with this key had not stored its answer after this one ` +
     'waited 10 s for it: it is still starting its run, or was cut off after claiming the key (held until `idempotencyTtl`)'),
-  429: TooMany,
+  429: tooMany(`${quoted(RateLimitedError)} (the key's requestsPerMinute)`),
   500: errorBody('the server\'s message; check the job status before retrying')
 }
 
