@@ -215,7 +215,8 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
 
       // The key's limits (DESIGN.md §4.3): a refusal here is no call of the key.
       const download = locator.type === 'dataset' && request.method === 'GET'
-      await limiter.admit(reply, { endpointId, keyId: key.id, limits: key.limits, bytesToday: key.bytesToday }, download)
+      const admitting = limiter.admit(reply, { endpointId, keyId: key.id, limits: key.limits, bytesToday: key.bytesToday }, download)
+      if (admitting !== undefined) await admitting
 
       usage.record(endpointId, key.id)
       request.dataEndpointCall = { locator, endpointId, keyId: key.id }

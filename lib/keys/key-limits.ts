@@ -37,28 +37,39 @@ function byteLength (chunk: unknown): number {
   return chunk instanceof Uint8Array ? chunk.byteLength : 0
 }
 
+/** Bytes gathered before they are reported, so that a long download counts towards its hour and quota as it goes. */
+const REPORT_BYTES = 256 * 1024
+
 /**
- * Calls `sent` with the body bytes each write hands to the connection while
+ * Calls `sent` with the body bytes the writes hand to the connection while
  * it is open and the status is a success: after compression, without the
- * chunked framing. A client that leaves stops the count (writes to a
- * destroyed response go nowhere).
+ * chunked framing; every REPORT_BYTES, at the end, and when the response
+ * closes. A client that leaves stops the count (writes to a destroyed
+ * response go nowhere).
  */
 function countBodyBytes (raw: ServerResponse, sent: (bytes: number) => void): void {
   const write = raw.write
   const end = raw.end
   // An `end` that writes its chunk through `write` (light-my-request's does) counts it once.
   let ending = false
+  let gathered = 0
+  const report = (): void => {
+    if (gathered > 0) sent(gathered)
+    gathered = 0
+  }
   const count = (chunk: unknown): void => {
     if (ending || chunk === undefined || chunk === null || typeof chunk === 'function' || raw.destroyed || raw.statusCode >= 400) return
-    const n = byteLength(chunk)
-    if (n > 0) sent(n)
+    gathered += byteLength(chunk)
+    if (gathered >= REPORT_BYTES) report()
   }
+  raw.once('close', report)
   raw.write = function (this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
     count(chunk)
     return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest)
   } as ServerResponse['write']
   raw.end = function (this: ServerResponse, chunk?: unknown, ...rest: unknown[]) {
     count(chunk)
+    report()
     ending = true
     try {
       return (end as (...args: unknown[]) => ServerResponse).call(this, chunk, ...rest)
@@ -94,23 +105,25 @@ export class KeyLimiter {
    * In order: `requestsPerMinute` (a call of the key counts in its minute,
    * unless this limit refuses it), then `bytesPerDay` (a download starts
    * while the day's bytes are below the quota), then `concurrentDownloads`.
-   * A key with no limit costs one comparison and no storage call.
+   * A key with no limit costs one comparison and no storage call, and
+   * nothing to wait for: `admit` then answers undefined, not a promise.
    */
-  async admit (reply: FastifyReply, call: LimitedCall, download: boolean): Promise<void> {
+  admit (reply: FastifyReply, call: LimitedCall, download: boolean): Promise<void> | undefined {
     const { usage } = this.parts
-    const { limits } = call
-    if (limits !== null) {
-      const now = Date.now()
-      if (limits.requestsPerMinute !== null) await this.takeRequest(reply, call, limits.requestsPerMinute, now)
-      if (download && limits.bytesPerDay !== null) {
-        const bytes = call.bytesToday + usage.pendingBytes(call.keyId, now)
-        if (bytes >= limits.bytesPerDay) {
-          this.refuse(call, 'bytesPerDay', new DailyQuotaError(), secondsUntil(bucketStart(now, DAY_MS) + DAY_MS, now))
-        }
-      }
-      if (download && limits.concurrentDownloads !== null) await this.holdSlot(reply, call, limits.concurrentDownloads)
-    }
     if (download) countBodyBytes(reply.raw, (bytes) => { usage.recordBytes(call.endpointId, call.keyId, bytes) })
+    return call.limits === null ? undefined : this.check(reply, call, call.limits, download)
+  }
+
+  private async check (reply: FastifyReply, call: LimitedCall, limits: KeyLimits, download: boolean): Promise<void> {
+    const now = Date.now()
+    if (limits.requestsPerMinute !== null) await this.takeRequest(reply, call, limits.requestsPerMinute, now)
+    if (download && limits.bytesPerDay !== null) {
+      const bytes = call.bytesToday + this.parts.usage.pendingBytes(call.keyId, now)
+      if (bytes >= limits.bytesPerDay) {
+        this.refuse(call, 'bytesPerDay', new DailyQuotaError(), secondsUntil(bucketStart(now, DAY_MS) + DAY_MS, now))
+      }
+    }
+    if (download && limits.concurrentDownloads !== null) await this.holdSlot(reply, call, limits.concurrentDownloads)
   }
 
   private async takeRequest (reply: FastifyReply, call: LimitedCall, limit: number, now: number): Promise<void> {

@@ -85,7 +85,8 @@ t.test('bad limits are 400 naming the field, and write nothing', async (t) => {
       const payload = `{"purpose":"p","limits":{"${field}":${value}}}`
       const created = await app.inject({ method: 'POST', url: `${P}/keys`, headers: { ...ADMIN, 'content-type': 'application/json' }, payload })
       t.equal(created.statusCode, 400, `create ${field}=${value}`)
-      t.match(created.json().message, `body.limits.${field}`, 'the message names the field')
+      // A number not in plain digits is refused by the JSON parser (`Invalid <field>: ...`), the rest by the schema (`body.limits.<field>: ...`).
+      t.match(created.json().message, field, 'the message names the field')
     }
   }
   const unknown = await app.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { limits: { perHour: 5 } } })
@@ -105,7 +106,7 @@ t.test('bad limits are 400 naming the field, and write nothing', async (t) => {
       const res = await app.inject({
         method: patch ? 'PATCH' : 'POST', url: patch ? `${P}/keys/${k.id}` : `${P}/keys`, headers: { ...ADMIN, 'content-type': 'application/json' }, payload
       })
-      if (res.statusCode !== 400 || !(res.json().message as string).includes(`body.limits.${field}`)) {
+      if (res.statusCode !== 400 || !(res.json().message as string).includes(field)) {
         throw new Error(`${field}=${text}: ${res.statusCode} ${res.body}`)
       }
     }), 100)
