@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
-import Database, { type Statement } from 'better-sqlite3'
+import Database from 'better-sqlite3'
 import type { Column, Dataset, DatasetSource, Entity, ResourceRef, ResourceSummary, Row } from '../lib/index.js'
+import { IDLE_STATEMENTS_PER_SHAPE, SMALL_ENTITY_ROWS, SqliteEntityReader, quote } from './sqlite-entity-reader.js'
 
 // The example's datasets, kept in SQLite tables of the example database and
 // streamed from there: acme/shop model 1, dataset 1 `sales` (hand-written rows
@@ -11,7 +12,12 @@ export const SAMPLE_MODEL = { organization: 'acme', project: 'shop', modelSequen
 
 const id: Column = { name: 'id', type: 'integer', primaryKey: true, nullable: false }
 
-const SALES_ENTITIES: Entity[] = [
+// The consumer parameters (columns=, where=, since=) each entity's rows()
+// honours (lib/host/dataset-source.ts, ConsumerSupport): the sales tables are
+// small, so any column may be filtered.
+const filterAll = (columns: readonly Column[]): Entity['consumer'] => ({ columns: true, filters: columns.map((c) => c.name) })
+
+const SALES_MODEL: Entity[] = [
   {
     name: 'customers',
     columns: [
@@ -50,6 +56,7 @@ const SALES_ENTITIES: Entity[] = [
     ]
   }
 ]
+const SALES_ENTITIES: Entity[] = SALES_MODEL.map((entity) => ({ ...entity, consumer: filterAll(entity.columns) }))
 
 // Stored as SQLite keeps them, and handed out as the DatasetSource contract
 // allows: decimals as exact text, booleans as 0/1, timestamps as ISO 8601
@@ -88,8 +95,15 @@ const EVENTS_ENTITY: Entity = {
     { name: 'kind', type: 'text', nullable: false },
     { name: 'value', type: 'float' },
     { name: 'payload', type: 'text' }
-  ]
+  ],
+  // Filters on the columns an index serves (id, ts) and on two more, of a
+  // table of 100,000 rows; `id` only grows (rows are appended, never
+  // changed), so it is the change column: since=<id> gives the rows after it.
+  consumer: { columns: true, filters: ['id', 'ts', 'kind', 'value'], changes: { column: 'id', kind: 'version' } }
 }
+
+/** Every entity of the sample datasets, as declared to the plugin. */
+export const SAMPLE_ENTITIES: readonly Entity[] = [...SALES_ENTITIES, EVENTS_ENTITY]
 
 interface SampleDataset {
   name: string
@@ -108,10 +122,6 @@ function sqliteType (column: Column): string {
     case 'binary': return 'BLOB'
     default: return 'TEXT' // decimals stay exact as text
   }
-}
-
-function quote (name: string): string {
-  return `"${name.replaceAll('"', '""')}"`
 }
 
 function createTable (db: Database.Database, entity: Entity): void {
@@ -184,6 +194,8 @@ export function openExampleDatabase (filename: string): Database.Database {
 export function seedSampleData (db: Database.Database, eventsRows: number): void {
   db.exec('CREATE TABLE IF NOT EXISTS sample_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)')
   for (const entity of [...SALES_ENTITIES, EVENTS_ENTITY]) createTable(db, entity)
+  // Serves where= on ts (a range of time) without reading the table.
+  db.exec(`CREATE INDEX IF NOT EXISTS events_ts ON ${quote(EVENTS_ENTITY.name)} (ts)`)
 
   const getMeta = db.prepare<[string], { value: string }>('SELECT value FROM sample_meta WHERE name = ?')
   const setMeta = db.prepare<[string, string]>('INSERT OR REPLACE INTO sample_meta (name, value) VALUES (?, ?)')
@@ -241,71 +253,9 @@ export function endFirstStart (db: Database.Database): void {
   db.prepare('DELETE FROM sample_meta WHERE name = ?').run('first_start')
 }
 
-/** Idle prepared statements kept per entity; a download beyond them prepares its own. */
-export const IDLE_STATEMENTS_PER_ENTITY = 8
-/** An entity of at most this many rows is read in one call (see StatementPool.rows). */
-export const SMALL_ENTITY_ROWS = 100
-
-/**
- * The prepared SELECT of one entity, reused across downloads. better-sqlite3
- * refuses to run a statement that is still iterating ("This statement is busy
- * executing a query"), and a download iterates for as long as its client
- * reads, so each iteration takes a statement no other one holds and gives it
- * back when it ends. At most `maxIdle` wait for the next download.
- */
-class StatementPool {
-  private readonly idle: Array<Statement<[number], unknown[]>> = []
-  prepared = 0
-
-  constructor (private readonly db: Database.Database, private readonly sql: string, private readonly maxIdle: number) {}
-
-  get idleCount (): number {
-    return this.idle.length
-  }
-
-  /**
-   * The entity's rows, up to `limit` (-1 for all), as a plain iterable: read
-   * without a promise per row. A small entity comes whole from one call: a
-   * step of an iterator into the driver costs more than a row, and a small
-   * download is mostly such steps. A larger one is streamed, read again from
-   * its start so that its rows come from one read.
-   */
-  rows (limit: number): Iterable<Row> {
-    const statement = this.take()
-    try {
-      const first = statement.all(limit >= 0 && limit <= SMALL_ENTITY_ROWS ? limit : SMALL_ENTITY_ROWS + 1)
-      if (first.length <= SMALL_ENTITY_ROWS) return first
-    } finally {
-      this.give(statement)
-    }
-    return this.stream(limit)
-  }
-
-  /**
-   * The rows one at a time. Its statement is taken at the first row and
-   * given back when the rows end, or when the reader leaves early (return(),
-   * as `for...of` and the plugin call it).
-   */
-  private * stream (limit: number): Generator<Row, void, undefined> {
-    const statement = this.take()
-    try {
-      yield * statement.iterate(limit)
-    } finally {
-      this.give(statement)
-    }
-  }
-
-  private take (): Statement<[number], unknown[]> {
-    const statement = this.idle.pop()
-    if (statement !== undefined) return statement
-    this.prepared++
-    return this.db.prepare<[number], unknown[]>(this.sql).raw()
-  }
-
-  private give (statement: Statement<[number], unknown[]>): void {
-    if (this.idle.length < this.maxIdle) this.idle.push(statement)
-  }
-}
+/** Idle prepared statements kept per entity (per shape of a consumer's choices, see sqlite-entity-reader.ts). */
+export const IDLE_STATEMENTS_PER_ENTITY = IDLE_STATEMENTS_PER_SHAPE
+export { SMALL_ENTITY_ROWS }
 
 /**
  * The example's DatasetSource, and the way we advise a host to write one
@@ -322,19 +272,20 @@ export class SampleDatasets implements DatasetSource {
   /** per dataset number, made once: the plugin asks for one per request */
   private readonly datasets = new Map<number, Dataset>()
   /** per dataset number and entity name */
-  private readonly pools = new Map<number, Map<string, StatementPool>>()
+  private readonly readers = new Map<number, Map<string, SqliteEntityReader>>()
 
   /** `filename`: the example database, already seeded with `seedSampleData`. */
   constructor (filename: string) {
     this.db = new Database(filename, { readonly: true, fileMustExist: true })
     for (const [sequence, sample] of DATASETS) {
-      // Table and column names come from our own list, never from the request.
-      const pools = new Map(sample.entities.map((entity) => {
-        const columns = entity.columns.map((c) => quote(c.name)).join(', ')
-        const sql = `SELECT ${columns} FROM ${quote(entity.name)} ORDER BY ${quote(entity.columns[0].name)} LIMIT ?`
-        return [entity.name, new StatementPool(this.db, sql, IDLE_STATEMENTS_PER_ENTITY)]
-      }))
-      this.pools.set(sequence, pools)
+      // Table and column names come from our own model, never from the request.
+      const readers = new Map(sample.entities.map((entity) => [entity.name, new SqliteEntityReader(this.db, entity)]))
+      this.readers.set(sequence, readers)
+      const readerOf = (entity: string): SqliteEntityReader => {
+        const reader = readers.get(entity)
+        if (reader === undefined) throw new Error(`Dataset ${sample.name} has no entity ${entity}`)
+        return reader
+      }
       const revision = this.db.prepare<[string], { value: string }>('SELECT value FROM sample_meta WHERE name = ?')
         .get(`revision:${sample.name}`)?.value
       this.datasets.set(sequence, {
@@ -346,11 +297,12 @@ export class SampleDatasets implements DatasetSource {
         // at a time, synchronously, and calls return() when the client
         // leaves, which stops the read and frees the statement. (Not reading
         // the signal also spares the plugin making one.)
-        rows: (entity, { limit }) => {
-          const pool = pools.get(entity)
-          if (pool === undefined) throw new Error(`Dataset ${sample.name} has no entity ${entity}`)
-          return pool.rows(limit ?? -1)
-        }
+        rows: (entity, options) => readerOf(entity).rows(options),
+        // Read before the rows, on the same connection: the rows' read is
+        // bounded by it (changesUntil in the options). SQLite runs one write
+        // at a time, so ids are given in commit order, and no row with a
+        // smaller id can appear after this read.
+        changesUntil: (entity) => readerOf(entity).changesUntil()
       })
     }
   }
@@ -361,11 +313,18 @@ export class SampleDatasets implements DatasetSource {
     return this.datasets.get(ref.resourceSequence) ?? null
   }
 
-  /** How many statements an entity's pool has prepared so far, and how many of them wait idle. */
+  /** How many statements of the consumer's choices (shapes) an entity keeps prepared. */
+  shapeCount (resourceSequence: number, entity: string): number {
+    const reader = this.readers.get(resourceSequence)?.get(entity)
+    if (reader === undefined) throw new Error(`No entity ${entity} in dataset ${resourceSequence}`)
+    return reader.shapeCount
+  }
+
+  /** How many statements an entity's reads have prepared so far, and how many of them wait idle. */
   statementCounts (resourceSequence: number, entity: string): { prepared: number, idle: number } {
-    const pool = this.pools.get(resourceSequence)?.get(entity)
-    if (pool === undefined) throw new Error(`No entity ${entity} in dataset ${resourceSequence}`)
-    return { prepared: pool.prepared, idle: pool.idleCount }
+    const reader = this.readers.get(resourceSequence)?.get(entity)
+    if (reader === undefined) throw new Error(`No entity ${entity} in dataset ${resourceSequence}`)
+    return reader.statementCounts()
   }
 
   /** The datasets by name, for the management page's picker. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { createWriteStream, readFileSync } from 'node:fs'
-import { rename, rm } from 'node:fs/promises'
+import { readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parseArgs } from 'node:util'
@@ -39,6 +39,15 @@ Options of get:
                         when the dataset has several)
   --meta M              entities (the entity names) or ddl (the schema) instead of the data
   --limit N             at most N records per entity
+  --columns A,B         only these columns, in this order (one entity; the
+                        primary key is not added)
+  --where EXPR          only the rows that meet EXPR, e.g. "kind = 'click' and
+                        id > 100" (one entity; grammar in docs/api.md)
+  --since V             only the rows changed after V, a Data-Changes-Until of
+                        an earlier download
+  --since-file FILE     read --since from FILE when it exists, and write the
+                        answer's Data-Changes-Until to FILE once the download is
+                        complete: the next run gets what changed meanwhile
   --archive-type T      zip (default) or tar, for csv-zip, json-zip, oracle-loader
                         and parquet-zip
   --output FILE         write to FILE (written whole or not at all) instead of stdout
@@ -88,6 +97,10 @@ const GET_OPTIONS = {
   entity: { type: 'string' },
   meta: { type: 'string' },
   limit: { type: 'string' },
+  columns: { type: 'string' },
+  where: { type: 'string' },
+  since: { type: 'string' },
+  'since-file': { type: 'string' },
   'archive-type': { type: 'string' },
   output: { type: 'string', short: 'o' },
   progress: { type: 'boolean' }
@@ -226,12 +239,18 @@ async function get (args: string[], io: Io): Promise<number> {
   const url = oneUrl(positionals, 'endpoint-url')
   const limit = values.limit
   if (limit !== undefined && !/^\d+$/.test(limit)) throw new UsageProblem('--limit must be a non-negative integer')
+  const sinceFile = values['since-file']
+  if (sinceFile !== undefined && values.since !== undefined) throw new UsageProblem('give --since or --since-file, not both')
+  const since = sinceFile === undefined ? values.since : await readSinceFile(sinceFile)
   const query = {
     format: values.format,
     entity: values.entity,
     meta: values.meta,
     limit: limit === undefined ? undefined : Number(limit),
-    archiveType: values['archive-type']
+    archiveType: values['archive-type'],
+    columns: values.columns?.split(','),
+    where: values.where,
+    since
   } as DatasetQuery
   const client = clientFor(values, io, true)
   const download = await client.downloadDataset(url, query, { signal: io.signal })
@@ -259,7 +278,30 @@ async function get (args: string[], io: Io): Promise<number> {
   } finally {
     meter?.finish()
   }
+  // Only after the whole body was written: a cut-off download leaves the old
+  // value, so the next run asks again for what this one did not deliver.
+  if (sinceFile !== undefined) {
+    if (download.changesUntil === undefined) {
+      io.stderr.write('the answer carried no Data-Changes-Until; --since-file left as it was\n')
+    } else {
+      await writeFile(`${sinceFile}.part`, download.changesUntil + '\n')
+      await rename(`${sinceFile}.part`, sinceFile)
+    }
+  }
   return 0
+}
+
+/** The since value stored by an earlier run, or undefined when there is none yet. */
+async function readSinceFile (file: string): Promise<string | undefined> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw err
+  }
+  const value = text.trim()
+  return value === '' ? undefined : value
 }
 
 function printJson (io: Io, value: unknown): void {

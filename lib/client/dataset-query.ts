@@ -23,6 +23,12 @@ export interface DatasetQuery {
   archiveType?: ArchiveType
   /** at most this many records per entity */
   limit?: number
+  /** only these columns, in this order (one entity; the primary key is not added) */
+  columns?: readonly string[]
+  /** a filter in the server's grammar, e.g. `kind = 'click' and ts >= '2024-01-01T00:00:00Z'` (one entity) */
+  where?: string
+  /** only the rows changed after this value: the `changesUntil` (Data-Changes-Until) of the previous download */
+  since?: string
 }
 
 function oneOf<T extends string> (name: string, value: T | undefined, allowed: readonly T[]): T | undefined {
@@ -46,6 +52,20 @@ export function datasetParams (query: DatasetQuery): Record<string, string> {
   if (query.limit !== undefined) {
     if (!Number.isSafeInteger(query.limit) || query.limit < 0) throw new UsageError('limit must be a non-negative integer')
     params.limit = String(query.limit)
+  }
+  if (query.columns !== undefined) {
+    if (query.columns.length === 0 || query.columns.some((c) => c === '' || c.includes(','))) {
+      throw new UsageError('columns must be a non-empty list of column names, none empty or holding a comma')
+    }
+    params.columns = query.columns.join(',')
+  }
+  if (query.where !== undefined) {
+    if (query.where.trim() === '') throw new UsageError('where must not be empty')
+    params.where = query.where
+  }
+  if (query.since !== undefined) {
+    if (query.since === '') throw new UsageError('since must not be empty')
+    params.since = query.since
   }
   return params
 }

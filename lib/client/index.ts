@@ -64,6 +64,11 @@ export interface DatasetDownload {
   fileName: string | undefined
   /** bytes, when the server said; undefined for a compressed answer, which fetch decompresses */
   contentLength: number | undefined
+  /**
+   * `Data-Changes-Until`, for an entity with a change column: store it once
+   * the body is read whole, and pass it as `since` next time.
+   */
+  changesUntil: string | undefined
   headers: Headers
 }
 
@@ -223,6 +228,7 @@ export class DataEndpointsClient {
           contentType: response.headers.get('content-type') ?? undefined,
           fileName: fileNameOf(response.headers.get('content-disposition')),
           contentLength: length,
+          changesUntil: response.headers.get('data-changes-until') ?? undefined,
           headers: response.headers
         }
       }

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from '../keys/api-key.js'
 import { datasetEtag, ifNoneMatchHits } from './dataset-etag.js'
-import type { Dataset, Entity, ResourceRef } from '../host/dataset-source.js'
+import type { ChangeValue, Column, Dataset, Entity, ResourceRef } from '../host/dataset-source.js'
 import { DownloadAbort } from '../formats/download-abort.js'
 import { InvalidParameterError, UnknownFormatError } from '../errors.js'
 import { isPlainInteger } from '../inputs.js'
@@ -18,6 +18,7 @@ import type { TarSpool } from '../formats/tar-spool.js'
 import type { PluginMetrics } from '../metrics.js'
 import type { RenderedBodies } from './rendered-bodies.js'
 import { contentDisposition } from './content-disposition.js'
+import { changeColumnOf, changeValueText, checkChangeValue, parseRowSelection, selectionKey, type RowSelection } from './consumer-query.js'
 import { sendFile } from './file-reply.js'
 import type { RenderedFiles } from './rendered-files.js'
 
@@ -29,6 +30,10 @@ export interface DownloadQuery {
   meta: 'entities' | 'ddl' | undefined
   archiveType: ArchiveType
   limit: number | undefined
+  /** `columns`, `where`, `since`, typed; `entities` is then the one entity, cut to the columns */
+  selection: RowSelection | undefined
+  /** the change column of the one entity the download holds, if it declares one */
+  changeColumn: Column | undefined
 }
 
 function oneOf<T extends string> (name: string, value: unknown, allowed: readonly T[]): T | undefined {
@@ -62,7 +67,29 @@ export function parseDownloadQuery (query: Record<string, unknown>, dataset: Dat
   if (meta === undefined && ONE_ENTITY_FORMATS.includes(format) && entities.length !== 1) {
     throw new InvalidParameterError(`Invalid entity: ${format} holds one entity; name one with entity=`)
   }
-  return { format, entities, meta, archiveType, limit }
+  const one = entities.length === 1 ? entities[0] : undefined
+  const selection = parseRowSelection(query, one)
+  const changeColumn = one === undefined ? undefined : changeColumnOf(one)
+  if (selection?.columns !== undefined) entities = [projection(entities[0], selection.columns)]
+  return { format, entities, meta, archiveType, limit, selection, changeColumn }
+}
+
+/** Projections kept per entity, so that the formats' per-entity writers are made once per choice of columns. */
+const PROJECTIONS_PER_ENTITY = 32
+const projections = new WeakMap<Entity, Map<string, Entity>>()
+
+/** The entity cut to `columns`, in their order: what every format and `meta=ddl` then describe. */
+function projection (entity: Entity, columns: readonly Column[]): Entity {
+  let made = projections.get(entity)
+  if (made === undefined) projections.set(entity, made = new Map())
+  const key = JSON.stringify(columns.map((c) => c.name))
+  let cut = made.get(key)
+  if (cut === undefined) {
+    if (made.size >= PROJECTIONS_PER_ENTITY) made.delete(made.keys().next().value as string)
+    cut = { name: entity.name, columns }
+    made.set(key, cut)
+  }
+  return cut
 }
 
 /** What a download needs from the plugin besides the request and the dataset. */
@@ -95,11 +122,29 @@ const REVALIDATE = 'private, no-cache'
  * looks whole.
  */
 export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, ref: ResourceRef, context: DownloadContext): Promise<FastifyReply> {
-  const q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
+  let q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
   checkEntities(dataset.entities)
+  // Taken before anything is read (the 304 and cached answers carry it too):
+  // this download holds no row past it, the next one (since=it) every row after it.
+  const changesUntil = q.meta === undefined && q.changeColumn !== undefined ? await changesUntilOf(dataset, q) : undefined
+  // Not with `limit`: a download cut short holds only some of the changes up
+  // to the bound, and a next download from it would skip the others.
+  const tellsBound = q.limit === undefined
+  if (changesUntil !== undefined && changesUntil !== null) {
+    if (tellsBound) reply.header('data-changes-until', changeValueText(changesUntil))
+  } else if (changesUntil === null) {
+    // No rows yet: none is read, since one written meanwhile would have no
+    // bound; the next download (since= as before, or none) gets it.
+    if (tellsBound && q.selection?.since !== undefined) reply.header('data-changes-until', changeValueText(q.selection.since))
+    q = { ...q, limit: 0 }
+  }
   const etag = dataset.revision === undefined
     ? undefined
-    : datasetEtag(ref, dataset.revision, { ...q, entities: q.entities.map((e) => e.name) })
+    : datasetEtag(ref, dataset.revision, {
+      ...q,
+      entities: q.entities.map((e) => e.name),
+      selection: selectionKey(q.selection, changesUntil)
+    })
   // The body may come compressed or not, by the request's Accept-Encoding
   // (lowercase, as @fastify/compress writes it, so it is not added twice).
   if (context.compression) reply.header('vary', 'accept-encoding')
@@ -126,7 +171,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     const lease = await context.renderedFiles.lease(etag, (stop) => {
       const abort = new DownloadAbort()
       stop.addEventListener('abort', () => { abort.abort() }, { once: true })
-      return FORMATS[q.format](downloadSpec(dataset, q, context, abort))
+      return FORMATS[q.format](downloadSpec(dataset, q, context, abort, changesUntil))
     })
     if (lease !== null) {
       const { file } = lease
@@ -155,7 +200,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort()
   })
-  const spec = downloadSpec(dataset, q, context, abort)
+  const spec = downloadSpec(dataset, q, context, abort, changesUntil)
   const download = FORMATS[q.format](spec)
   const sent = metrics === null ? undefined : (bytes: number): void => { metrics.downloadSent(q.format, bytes) }
   let body: Buffer | string | Readable
@@ -191,8 +236,27 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
 /** The formats served from rendered files when the dataset has a revision. */
 const RENDERED_FORMATS = new Set<FormatName>(['parquet', 'arrow'])
 
-function downloadSpec (dataset: Dataset, q: DownloadQuery, context: DownloadContext, abort: DownloadAbort): DownloadSpec {
+/** The host's changesUntil() for the one entity of the download, when it declares a change column. */
+async function changesUntilOf (dataset: Dataset, q: DownloadQuery): Promise<ChangeValue | null | undefined> {
+  if (q.changeColumn === undefined) return undefined
+  const entity = q.entities[0].name
+  if (typeof dataset.changesUntil !== 'function') {
+    throw new Error(`Invalid dataset: entity "${entity}" declares a change column, so the dataset needs changesUntil()`)
+  }
+  return checkChangeValue(await dataset.changesUntil(entity), q.changeColumn, entity)
+}
+
+function downloadSpec (dataset: Dataset, q: DownloadQuery, context: DownloadContext, abort: DownloadAbort, changesUntil?: ChangeValue | null): DownloadSpec {
+  const { selection } = q
   return {
+    selection: selection === undefined && (changesUntil === undefined || changesUntil === null)
+      ? undefined
+      : {
+          columns: selection?.columns?.map((c) => c.name),
+          filters: selection?.filters,
+          since: selection?.since,
+          changesUntil: changesUntil ?? undefined
+        },
     dataset,
     entities: q.entities,
     limit: q.limit,

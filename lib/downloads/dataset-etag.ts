@@ -14,6 +14,8 @@ export interface BodyShape {
   limit: number | undefined
   /** the entities the body holds, in order */
   entities: readonly string[]
+  /** the typed columns, filters, since and change bound (consumer-query.ts selectionKey), or null */
+  selection?: string | null
 }
 
 /** Bump when the way a body is rendered changes, so that old ETags stop matching. */
@@ -23,7 +25,8 @@ export function datasetEtag (ref: ResourceRef, revision: string, shape: BodyShap
   const digest = createHash('sha256')
     .update(JSON.stringify([
       RENDERING_VERSION, ref.organization, ref.project, ref.modelSequence, ref.resourceSequence, revision,
-      shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, shape.entities
+      shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, shape.entities,
+      ...(shape.selection == null ? [] : [shape.selection])
     ]))
     .digest('base64url')
   return `W/"${digest.slice(0, 27)}"`

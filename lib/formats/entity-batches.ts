@@ -1,6 +1,6 @@
 import type { Entity, Row } from '../host/dataset-source.js'
 import { BatchPacker, type PackedBatch } from './column-batch.js'
-import { AsyncGeneratorPrototype, LazySignalOptions, isAsyncGenerator, isSyncIterable } from './rows.js'
+import { AsyncGeneratorPrototype, isAsyncGenerator, isSyncIterable, rowsOptions } from './rows.js'
 import type { DownloadSpec } from './types.js'
 
 // One entity's rows in packed batches of about `batchBytes` bytes of values:
@@ -63,7 +63,7 @@ export async function * entityBatches (spec: DownloadSpec, entity: Entity, batch
   if (limit === 0) return
   const packer = new BatchInProgress(entity, reuse)
   let n = 0
-  const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort))
+  const rows = spec.dataset.rows(entity.name, rowsOptions(spec, limit))
   const generator = isAsyncGenerator(rows)
   let exhausted = false
   if (!generator && isSyncIterable(rows)) {

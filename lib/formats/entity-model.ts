@@ -29,6 +29,29 @@ function checkColumn (entity: string, column: Column): void {
   }
 }
 
+/** The columns a host declares for `where` exist and can be filtered; a change column fits its kind. */
+function checkConsumerSupport (entity: Entity): void {
+  const support = entity.consumer
+  if (support === undefined) return
+  for (const name of support.filters ?? []) {
+    const column = entity.columns.find((c) => c.name === name)
+    if (column === undefined || column.type === 'binary' || column.type === 'json') {
+      throw new Error(`Invalid dataset model: entity "${entity.name}" declares filters on "${String(name)}", which is not one of its columns of a filterable type (not binary nor json)`)
+    }
+  }
+  const changes = support.changes
+  if (changes !== undefined) {
+    const column = entity.columns.find((c) => c.name === changes.column)
+    const fits = column !== undefined && (changes.kind === 'timestamp'
+      ? column.type === 'timestamp'
+      : changes.kind === 'version' && (column.type === 'integer' || column.type === 'bigint'))
+    if (!fits) {
+      throw new Error(`Invalid dataset model: entity "${entity.name}" declares change column "${String(changes.column)}", which must be ` +
+        'one of its columns: a timestamp column for kind timestamp, an integer or bigint one for kind version')
+    }
+  }
+}
+
 const checked = new WeakSet<readonly Entity[]>()
 
 /**
@@ -53,6 +76,7 @@ export function checkEntities (entities: readonly Entity[]): void {
       columnNames.add(columnName)
       checkColumn(name, column)
     }
+    checkConsumerSupport(entity)
   }
   checked.add(entities)
 }

@@ -105,6 +105,33 @@ export class LazySignalOptions implements RowsOptions {
 }
 
 /**
+ * The options of a `rows()` call with the consumer's columns, filters or
+ * change window: every field set, undefined when not asked for, so that these
+ * calls share one shape too, and a plain download keeps the two fields it had.
+ */
+export class SelectionRowsOptions extends LazySignalOptions {
+  readonly columns: RowsOptions['columns']
+  readonly filters: RowsOptions['filters']
+  readonly since: RowsOptions['since']
+  readonly changesUntil: RowsOptions['changesUntil']
+
+  constructor (limit: number | undefined, abort: Pick<DownloadSpec['abort'], 'signal'>, selection: NonNullable<DownloadSpec['selection']>) {
+    super(limit, abort)
+    this.columns = selection.columns
+    this.filters = selection.filters
+    this.since = selection.since
+    this.changesUntil = selection.changesUntil
+  }
+}
+
+/** The options of one `rows()` call of a download. */
+export function rowsOptions (spec: DownloadSpec, limit: number | undefined): RowsOptions {
+  return spec.selection === undefined
+    ? new LazySignalOptions(limit, spec.abort)
+    : new SelectionRowsOptions(limit, spec.abort, spec.selection)
+}
+
+/**
  * A chunk that is not the last, as a Buffer. The response sends a Buffer
  * anyway; made here, it is the only copy of the chunk. Each generator that
  * passes it on keeps what it handed out last until it is asked for more,
@@ -184,7 +211,7 @@ async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText)
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
-    const rows = spec.dataset.rows(entity.name, new LazySignalOptions(limit, abort))
+    const rows = spec.dataset.rows(entity.name, rowsOptions(spec, limit))
     const generator = isAsyncGenerator(rows)
     if (!generator && isSyncIterable(rows)) {
       const iterator = rows[Symbol.iterator]()

@@ -1,4 +1,4 @@
-import type { Dataset, Entity } from '../host/dataset-source.js'
+import type { Dataset, Entity, RowsOptions } from '../host/dataset-source.js'
 import type { DownloadAbort } from './download-abort.js'
 import type { Pace } from './pace.js'
 import type { ParquetEncoders } from './parquet-encoders.js'
@@ -33,7 +33,15 @@ export interface DownloadSpec {
   pace: Pace
   /** Parquet and Arrow */
   columnar: ColumnarSettings
+  /**
+   * The consumer's columns, filters and change window, passed to `rows()`
+   * (the download then holds one entity, already cut to those columns).
+   */
+  selection?: RowSelectionOptions
 }
+
+/** The part of RowsOptions the consumer parameters fill in. */
+export type RowSelectionOptions = Pick<RowsOptions, 'columns' | 'filters' | 'since' | 'changesUntil'>
 
 export interface ColumnarSettings {
   /** bytes of values in one Parquet row group or Arrow record batch */

@@ -50,7 +50,61 @@ export type Column = ColumnType & {
 export interface Entity {
   name: string
   columns: readonly Column[]
+  /**
+   * Optional: which consumer parameters (`columns`, `where`, `since`) this
+   * entity's `rows()` honours. Without it each of them answers 400
+   * `Invalid <name>: not supported by this dataset`: never ignored.
+   */
+  consumer?: ConsumerSupport
 }
+
+/** What an entity's `rows()` does with the options the consumer parameters fill in. */
+export interface ConsumerSupport {
+  /** `rows()` honours `options.columns`: `columns=` is accepted */
+  columns?: boolean
+  /**
+   * The columns a `where` may name (those you can filter fast: indexed, or a
+   * small table); `rows()` honours `options.filters`. Not binary nor json.
+   */
+  filters?: readonly string[]
+  /**
+   * The change column: `since=` is accepted, `rows()` honours
+   * `options.since` and `options.changesUntil`, and the dataset has
+   * `changesUntil()`. `version`: an integer or bigint column whose values only
+   * grow with each write (a sequence, an append-only id); `timestamp`: a
+   * timestamp column set at each write (see docs/host-interfaces.md for what
+   * makes it safe).
+   */
+  changes?: { column: string, kind: 'version' | 'timestamp' }
+}
+
+/** A value of a condition or of `since`, as the plugin typed it from the column's model type. */
+export type FilterValue =
+  /** integer and float columns */
+  | number
+  /** bigint columns */
+  | bigint
+  /** text; decimal as exact canonical text ('-12.30', scale digits); date as 'YYYY-MM-DD' */
+  | string
+  | boolean
+  /** timestamp columns (to the millisecond) */
+  | Date
+
+export type ComparisonOperator = '=' | '!=' | '<' | '<=' | '>' | '>='
+
+/**
+ * One condition of `where`, parsed by the plugin. `column` is the name from
+ * the model (never the request's text); values are typed by the column.
+ * A row matches when every condition holds (SQL's semantics: a NULL value
+ * matches no comparison and no `in`).
+ */
+export type Condition =
+  | { column: string, op: ComparisonOperator, value: FilterValue }
+  | { column: string, op: 'in', value: readonly FilterValue[] }
+  | { column: string, op: 'is null' | 'is not null', value: null }
+
+/** A value of a change column: a number or bigint for `version`, a Date for `timestamp`. */
+export type ChangeValue = number | bigint | Date
 
 /** One row: the values in the order of the entity's columns. */
 export type Row = readonly unknown[]
@@ -65,6 +119,23 @@ export interface RowsOptions {
    * iterator's `return()` (and makes no signal that is never read).
    */
   signal: AbortSignal
+  /**
+   * Set only for an entity whose `consumer.columns` is true, when the
+   * consumer chose columns: their names (from the model), in the order the
+   * rows must hold their values. The primary key is not added.
+   */
+  columns?: readonly string[]
+  /** Set only for an entity with `consumer.filters`: every row must meet all of them. */
+  filters?: readonly Condition[]
+  /** Set only for an entity with `consumer.changes`: only rows whose change column is greater. */
+  since?: ChangeValue
+  /**
+   * Set on every read of an entity with `consumer.changes` (when its
+   * `changesUntil()` gave a value): only rows whose change column is at most
+   * this. It is the `Data-Changes-Until` the consumer passes as the next
+   * `since`, so rows written during this download come in the next one.
+   */
+  changesUntil?: ChangeValue
 }
 
 export interface Dataset {
@@ -125,6 +196,14 @@ export interface Dataset {
    * leave it unset when you cannot say.
    */
   revision?: string
+  /**
+   * Needed when an entity declares `consumer.changes`: the greatest value of
+   * its change column now (null when it has no rows), read before its rows
+   * are. The plugin calls it once per download of that entity, before
+   * reading, sends it as `Data-Changes-Until` and passes it to `rows()` as
+   * `changesUntil`.
+   */
+  changesUntil? (entity: string): ChangeValue | null | Promise<ChangeValue | null>
 }
 
 /** A dataset or pipeline of a project, by its place and its name, for pickers and listings. */

@@ -306,7 +306,21 @@ export const DatasetQuery = Type.Object({
     type: 'string',
     default: 'zip', description: 'archive of csv-zip, json-zip, oracle-loader and parquet-zip'
   })),
-  limit: Type.Optional(Type.Integer({ minimum: 0, description: 'at most this many records per entity' }))
+  limit: Type.Optional(Type.Integer({ minimum: 0, description: 'at most this many records per entity' })),
+  columns: Type.Optional(Type.String({
+    description: '`a,b,c`: only those columns, in that order (one entity: `entity`, or a dataset of one). Every format and `meta=ddl` ' +
+      'follow it; the primary key is not added. Only where the host supports it'
+  })),
+  where: Type.Optional(Type.String({
+    description: 'only the rows meeting every condition, joined by `and`: `<column> <op> <literal>` (op `= != < <= > >=`), ' +
+      '`<column> in (<literal>, ...)`, `<column> is null`, `<column> is not null`. Literals: numbers and `true`/`false` bare; text, ' +
+      'dates and timestamps in single quotes (`\'\'` for a quote); a column name may be in double quotes. No `or`, functions or ' +
+      'expressions. Only the columns the host declares filterable. Example: `kind = \'click\' and ts >= \'2024-01-01T00:00:00Z\'`'
+  })),
+  since: Type.Optional(Type.String({
+    description: 'only the rows changed after this value of the entity\'s change column: the `Data-Changes-Until` of the previous ' +
+      'download. Only for an entity with a change column'
+  }))
 })
 
 export const PipelineHeaders = Type.Object({
@@ -357,6 +371,13 @@ export const DatasetHeaders = Type.Object({
   }))
 })
 
+const ChangesUntilHeader = {
+  'data-changes-until': Type.String({
+    description: 'for a download of one entity with a change column, without `limit`: the greatest value of that column when the download started. ' +
+      'The body holds no row past it; pass it as `since` next time to get every row written after it, each once'
+  })
+}
+
 const EtagHeaders = {
   etag: Type.String({ description: 'weak; only for a dataset whose host gives a revision. Derived from the revision, the endpoint and the query parameters that shape the body' }),
   'cache-control': Type.String({ description: '`private, no-cache` with an ETag (keep it, revalidate each time); `no-store` without' })
@@ -368,6 +389,7 @@ export const DatasetResponses = {
     headers: {
       'content-disposition': Type.String({ description: 'attachment with a file name from the dataset' }),
       ...EtagHeaders,
+      ...ChangesUntilHeader,
       'content-encoding': Type.String({ description: '`br` or `gzip` when Accept-Encoding asked for it and the body is text or tar, over 1 KiB' }),
       vary: Type.String({ description: '`accept-encoding`' }),
       ...RateLimitHeaders
@@ -397,13 +419,19 @@ export const DatasetResponses = {
   },
   304: {
     description: 'Not Modified, no body: `If-None-Match` named the current ETag. A counted, successful call, as a 200 is',
-    headers: EtagHeaders
+    headers: { ...EtagHeaders, ...ChangesUntilHeader }
   },
   // parseDownloadQuery's messages (dataset-download.ts), written there inline;
   // openapi.test.ts checks each against a real answer.
   400: errorBody('`Invalid archiveType: must be one of zip, tar`, `Invalid meta: must be one of entities, ddl`, ' +
     '`Invalid limit: must be a non-negative integer`, `Invalid entity: the dataset has no entity of that name` or ' +
-    '`Invalid entity: <format> holds one entity; name one with entity=` (csv, parquet, arrow without `entity` on a dataset with several)'),
+    '`Invalid entity: <format> holds one entity; name one with entity=` (csv, parquet, arrow without `entity` on a dataset with several); ' +
+    '`Invalid columns: not supported by this dataset`, `Invalid where: not supported by this dataset`, ' +
+    '`Invalid since: not supported by this dataset` (the host does not declare it for the entity); ' +
+    '`Invalid <name>: it applies to one entity; name one with entity=` (columns, where, since); ' +
+    '`Invalid columns: no column "<name>" in entity "<entity>"`, `Invalid columns: column "<name>" appears twice`; ' +
+    '`Invalid where: ...` naming the column whose literal is malformed (`column "<name>" needs an integer, written bare (42)`) or the ' +
+    'position outside the grammar; `Invalid since: ...`'),
   403: Refused,
   404: errorBody('`Not found` (a sequence that is not a positive integer) or `Dataset not found`'),
   405: WrongMethod,

@@ -18,6 +18,8 @@ const EXPIRY_WARNING_MS = 7 * DAY_MS
 const PAGE_SIZE = 25
 /** Keys the assign form offers before the user types: the first of the project, or the first matches. */
 const CHOICES = 20
+/** Resources the picker lists at once; past it, a search box finds the others. */
+const RESOURCE_CHOICES = 100
 /** Usage reads in flight at once, one per row on screen: one of the browser's six connections stays free for the user's actions. */
 const USAGE_READS = 5
 
@@ -451,20 +453,23 @@ function dropUsageReads () {
 }
 
 let frameWork = []
+/** Script time one frame gives to drawing charts; the rest waits for the next frame, so no task grows long. */
+const FRAME_BUDGET_MS = 8
 
-/** Runs `draw` with the others of this animation frame; resolves when it has run. */
+function runFrameWork () {
+  const started = performance.now()
+  do {
+    const [run, done] = frameWork.shift()
+    run()
+    done()
+  } while (frameWork.length > 0 && performance.now() - started < FRAME_BUDGET_MS)
+  if (frameWork.length > 0) requestAnimationFrame(runFrameWork)
+}
+
+/** Runs `draw` in an animation frame, with as many others as fit its budget; resolves when it has run. */
 function drawnInFrame (draw) {
   return new Promise((resolve) => {
-    if (frameWork.length === 0) {
-      requestAnimationFrame(() => {
-        const work = frameWork
-        frameWork = []
-        for (const [run, done] of work) {
-          run()
-          done()
-        }
-      })
-    }
+    if (frameWork.length === 0) requestAnimationFrame(runFrameWork)
     frameWork.push([draw, resolve])
   })
 }
@@ -1014,7 +1019,7 @@ function editEndpoint (endpoint) {
   const picker = !$('#resource-picker').hidden
   if (picker) {
     const listed = resources.items.some((r) => placeOf(r) === placeOf(endpoint))
-    form.elements.resource.value = listed ? placeOf(endpoint) : BY_NUMBERS
+    renderPicker(listed ? placeOf(endpoint) : BY_NUMBERS)
   }
   fillNumbers(endpoint)
   pickResource()
@@ -1148,8 +1153,14 @@ function pickResource () {
 }
 $('#assign-form').elements.resource.addEventListener('change', pickResource)
 
-/** The picker's options, grouped by type; the choice is kept when it is still listed. */
-function renderPicker () {
+/**
+ * The picker's options, grouped by type: every resource the host lists, or
+ * when it lists more than RESOURCE_CHOICES, the first of them that match the
+ * search (a select of 2,000 options costs the browser most of a second to
+ * style and lay out). `keep` (a place) stays listed and chosen, as does the
+ * current choice when it is still listed.
+ */
+function renderPicker (keep = $('#assign-form').elements.resource.value) {
   const select = $('#assign-form').elements.resource
   const listed = resources.items.length > 0
   $('#resource-picker').hidden = !listed
@@ -1157,18 +1168,31 @@ function renderPicker () {
   const note = $('#resource-note')
   note.hidden = resources.error === undefined
   note.textContent = note.hidden ? '' : `The application's names for its datasets and pipelines could not be read (${resources.error}): enter the numbers.`
-  const chosen = select.value
+  const searching = resources.items.length > RESOURCE_CHOICES
+  $('#resource-find').hidden = !searching
+  const q = searching ? $('#resource-search').value.trim().toLowerCase() : ''
+  const matches = []
+  for (const r of resources.items) {
+    if (matches.length === RESOURCE_CHOICES) break
+    if (q === '' || resourceLabel(r).toLowerCase().includes(q)) matches.push(r)
+  }
+  const kept = resources.items.find((r) => placeOf(r) === keep)
+  if (kept !== undefined && !matches.includes(kept)) matches.unshift(kept)
   const group = (type, label) => {
-    const items = resources.items.filter((r) => r.type === type)
+    const items = matches.filter((r) => r.type === type)
     return items.length === 0 ? [] : [el('optgroup', { label }, ...items.map((r) => el('option', { value: placeOf(r), textContent: resourceLabel(r) })))]
   }
+  const first = searching
+    ? (q === '' ? `Choose one (the first ${RESOURCE_CHOICES} of ${resources.items.length}: search for others)…` : `Choose one of ${matches.length === RESOURCE_CHOICES ? `the first ${RESOURCE_CHOICES}` : matches.length} matching “${q}”…`)
+    : 'Choose one…'
   select.replaceChildren(...(listed
-    ? [el('option', { value: '', textContent: 'Choose one…' }), ...group('dataset', 'Datasets (GET)'), ...group('pipeline', 'Pipelines (POST)'),
+    ? [el('option', { value: '', textContent: first }), ...group('dataset', 'Datasets (GET)'), ...group('pipeline', 'Pipelines (POST)'),
         el('option', { value: BY_NUMBERS, textContent: 'Another, by its numbers…' })]
     : []))
-  select.value = [...select.options].some((o) => o.value === chosen) ? chosen : ''
+  select.value = kept !== undefined || keep === BY_NUMBERS ? keep : ''
   pickResource()
 }
+searchAsYouType($('#resource-search'), () => renderPicker())
 
 // --- rotation --------------------------------------------------------------
 

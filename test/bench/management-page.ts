@@ -11,7 +11,9 @@
 //
 //   npx tsx test/bench/management-page.ts
 //
-// Env: BENCH_SIZES (default 100,1000,10000), BENCH_RUNS (default 5).
+// Env: BENCH_SIZES (default 100,1000,10000), BENCH_RUNS (default 5), BENCH_TRACE (a path:
+// the first open of each size is traced there, as <path>-<size>.json, for chrome://tracing).
+import { writeFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { chromium } from 'playwright-core'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
@@ -73,8 +75,11 @@ try {
       await page.getByLabel('Project', { exact: true }).fill('shop')
       await page.getByLabel('Access token (optional)').fill(TOKEN)
       await page.evaluate('window.longTasks = []')
+      const tracing = run === 0 && process.env.BENCH_TRACE !== undefined
+      if (tracing) await browser.startTracing(page, { categories: ['devtools.timeline', 'v8.execute', 'blink'] })
       await page.getByRole('button', { name: 'Open project' }).click()
       await page.locator('#status', { hasText: /^Project acme\/shop/ }).waitFor({ timeout: 60_000 })
+      if (tracing) await writeFile(`${process.env.BENCH_TRACE as string}-${size}.json`, await browser.stopTracing())
       const opened = await page.evaluate<{ click: number, rows: number, status: Record<string, number> }>('window.marks')
       figures.rows.push(opened.rows - opened.click)
       figures.opened.push(Math.max(...Object.entries(opened.status).filter(([text]) => text.startsWith('Project')).map(([, at]) => at)) - opened.click)
@@ -97,6 +102,7 @@ try {
     const f = (values: number[]): string => `${Math.round(median(values))} (${Math.round(Math.max(...values))})`
     rows.push(`| ${size.toLocaleString('en')} keys, ${endpointCount.toLocaleString('en')} endpoints | ${f(figures.rows)} | ${f(figures.opened)} | ${f(figures.openTask)} | ${f(figures.action)} | ${f(figures.actionTask)} |`)
     console.log(rows.at(-1))
+    console.log(`  each run: ${JSON.stringify(Object.fromEntries(Object.entries(figures).map(([name, values]) => [name, values.map(Math.round)])))}`)
   }
 } finally {
   await browser.close()

@@ -134,7 +134,7 @@ t.test('the data routes: key security, the query of a download, the headers of a
   t.same(doc.paths['/api/job/{jobId}'].get.security, [], 'the job status is public')
 
   const query = Object.fromEntries((dataset.parameters ?? []).filter((p) => p.in === 'query').map((p) => [p.name, p]))
-  t.same(Object.keys(query).sort(), ['archiveType', 'entity', 'format', 'limit', 'meta'])
+  t.same(Object.keys(query).sort(), ['archiveType', 'columns', 'entity', 'format', 'limit', 'meta', 'since', 'where'])
   t.same(query.format.schema.enum, ['sql', 'json', 'csv-zip', 'json-zip', 'oracle-loader', 'csv', 'parquet', 'parquet-zip', 'arrow'])
   t.equal(query.format.schema.default, 'sql')
   t.same(query.meta.schema.enum, ['entities', 'ddl'])
@@ -224,7 +224,8 @@ t.test('every message of the dataset and pipeline 400s is quoted in the document
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
   await assignKeys(app, 'pipeline', [k.id])
-  const queries: Array<Record<string, string>> = [{ limit: 'abc' }, { entity: 'nope' }, { archiveType: 'rar' }, { meta: 'all' }]
+  const queries: Array<Record<string, string>> = [{ limit: 'abc' }, { entity: 'nope' }, { archiveType: 'rar' }, { meta: 'all' },
+    { entity: 'orders', columns: 'id' }, { entity: 'orders', where: 'id = 1' }, { entity: 'orders', since: '1' }]
   for (const query of queries) {
     const res = await app.inject({ url: DATASET_URL, query: { ...query, api_key: k.key } })
     t.equal(res.statusCode, 400, JSON.stringify(query))

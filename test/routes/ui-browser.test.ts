@@ -1017,7 +1017,7 @@ if (chromiumAvailable(t)) {
     const { page, base, problems, host } = await openPage(t)
     const building = Date.now()
     const { keys, endpoints } = await buildScaleProject(host.storage, { keys: 10_000, endpoints: 2_000 })
-    // The host names every resource, as a host with 2,000 endpoints would: 2,000 choices in the picker.
+    // The host names every resource, as a host with 2,000 endpoints would: 2,000 names for the picker.
     const nameOf = (i: number): string => i === 0 ? 'sales' : `${scalePlace(i).type === 'dataset' ? 'table' : 'job'} m${scalePlace(i).modelSequence} r${scalePlace(i).resourceSequence}`
     const listed = (type: string): Array<{ modelSequence: number, resourceSequence: number, name: string }> =>
       endpoints.map((_, i) => ({ ...scalePlace(i), name: nameOf(i) })).filter((r) => r.type === type)
@@ -1119,8 +1119,18 @@ if (chromiumAvailable(t)) {
     await choice.waitFor()
     t.equal(await page.locator('#assign-choices input[type=checkbox]').count(), 1)
     await choice.check()
-    t.equal(await page.getByLabel('Dataset or pipeline').locator('option').count(), 2_002, 'every resource, by name')
-    await page.getByLabel('Dataset or pipeline').selectOption({ label: 'sales — model 1, dataset 1' })
+    // The picker lists the first 100 of the 2,000 names, and finds the others by search.
+    const picker = page.getByLabel('Dataset or pipeline')
+    const findResource = page.getByLabel('Find a resource by name')
+    t.equal(await picker.locator('option').count(), 102, 'the first 100 resources by name, and the two fixed choices')
+    const far = { ...scalePlace(1999), name: nameOf(1999) }
+    const farLabel = `${far.name} — model ${far.modelSequence}, ${far.type} ${far.resourceSequence}`
+    await findResource.fill(farLabel)
+    await picker.locator('optgroup option', { hasText: farLabel }).waitFor({ state: 'attached' })
+    t.same(await picker.locator('optgroup option').allInnerTexts(), [farLabel], 'a search finds one past the first 100')
+    await findResource.fill('')
+    await picker.locator('option').nth(101).waitFor({ state: 'attached' })
+    await picker.selectOption({ label: 'sales — model 1, dataset 1' })
     const assigning = Date.now()
     await page.getByRole('button', { name: 'Assign keys' }).click()
     await page.getByRole('status').getByText('Endpoint GET /api/acme/shop/model/1/dataset/1 now has 1 key(s).').waitFor()
