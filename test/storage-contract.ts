@@ -956,6 +956,9 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal(await s.claimDownloadSlot(k.id, 2, 'f', now + 2000, now + 3000), null, 'slot 1 was renewed')
       const race = await Promise.all(Array.from({ length: 10 }, async (_, i) => await s.claimDownloadSlot(k.id, 4, `r${i}`, now + 9000, now + 10000)))
       t.same(race.filter((n) => n !== null).sort(), [0, 1, 2, 3], 'concurrent claims: each slot once')
+      const other = await s.createKey(newKey(p), AUDIT)
+      t.equal(await s.claimDownloadSlot(other.id, Number.MAX_SAFE_INTEGER, 'huge', now, now + 1000), 0, 'a limit of 2^53 - 1 reads no more than the key holds')
+      t.equal(await s.claimDownloadSlot(other.id, Number.MAX_SAFE_INTEGER, 'huge2', now, now + 1000), 1)
     })
 
     t.test('idempotency: claim, complete, replay, release', async (t) => {

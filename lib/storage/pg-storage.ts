@@ -422,7 +422,9 @@ export class PgStorage implements Storage {
       // row): \`candidate\` null means all were held; \`slot\` null with a
       // candidate, that another instance was quicker (try again).
       claimSlot: `WITH candidate AS (
-                    SELECT s FROM generate_series(0, $2::int - 1) AS s
+                    -- Among the first n + 1 numbers (n: the key's rows) one is free unless n >= limit:
+                    -- the series stays short whatever the limit.
+                    SELECT s FROM generate_series(0::bigint, LEAST($2::bigint, (SELECT count(*) FROM ${t('download_slots')} c WHERE c.key_id = $1) + 1) - 1) AS s
                      WHERE NOT EXISTS (SELECT 1 FROM ${t('download_slots')} h WHERE h.key_id = $1 AND h.slot = s AND h.expires_at > $4)
                      ORDER BY s LIMIT 1),
                   taken AS (
