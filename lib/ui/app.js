@@ -873,9 +873,12 @@ function renderLinks () {
   $('#no-links').hidden = rows.length > 0
 }
 
-/** Reads the project's links again; a host whose storage has none answers an empty list. */
+/** The newest links the page reads: a bounded read, however many links a large project has made. */
+const LINKS_READ = 100
+
+/** Reads the project's newest links again; a host whose storage has none answers an empty list. */
 async function drawLinks () {
-  const { items } = await call('GET', 'links?limit=500')
+  const { items } = await call('GET', `links?limit=${LINKS_READ}`)
   liveLinks = items.filter((l) => l.revokedAt === null)
   renderLinks()
 }
@@ -1677,11 +1680,10 @@ async function load () {
   renderEndpoints()
   renderChoices()
   renderAudit()
-  // The links after the keys and endpoints they name; shown without them if their route refuses.
-  await drawLinks().catch(() => { liveLinks = []; renderLinks() })
   watchRows($('#keys-table'), false)
   watchRows($('#endpoints-table'), false)
-  await usageSettled()
+  // The links after the keys and endpoints they name, while the charts are read; shown without them if their route refuses.
+  await Promise.all([drawLinks().catch(() => { liveLinks = []; renderLinks() }), usageSettled()])
 }
 
 /** The pages shown read again, with their rows' usage (a rotation's tables follow its clients). */
