@@ -26,6 +26,7 @@ const USAGE = `Usage: data-endpoints <command> <url> [options]
 
 Commands:
   get <endpoint-url>    download a dataset to stdout, or to --output FILE
+  link <endpoint-url>   mint a download link (a URL that needs no key) and print it
   run <pipeline-url>    start a pipeline run and print its job reference as JSON
   job <job-url>         print a job's status as JSON
   keys <project-url>    print a project's keys as a JSON array (never their values)
@@ -53,6 +54,12 @@ Options of get:
   --output FILE         write to FILE (written whole or not at all) instead of stdout
   --progress            show the progress line (bytes received, of the total when
                         known) on stderr even when it is not a terminal
+
+Options of link (and get's --format, --entity, --meta, --limit, --archive-type,
+--columns, --where, --since and --since-file: the link downloads with them):
+  --expires D           how long the link lives: 90s, 30m, 2h or 7d (default 1h;
+                        at most the server's maxLinkLifetime and the key's expiry)
+  --json                print {"id","url","expiresAt"} instead of the URL alone
 
 Options of run:
   --wait                poll the job until it ends, print the final job as JSON;
@@ -104,6 +111,20 @@ const GET_OPTIONS = {
   'archive-type': { type: 'string' },
   output: { type: 'string', short: 'o' },
   progress: { type: 'boolean' }
+} as const
+const LINK_OPTIONS = {
+  ...COMMON,
+  format: { type: 'string' },
+  entity: { type: 'string' },
+  meta: { type: 'string' },
+  limit: { type: 'string' },
+  columns: { type: 'string' },
+  where: { type: 'string' },
+  since: { type: 'string' },
+  'since-file': { type: 'string' },
+  'archive-type': { type: 'string' },
+  expires: { type: 'string' },
+  json: { type: 'boolean' }
 } as const
 const LIST_OPTIONS = {
   ...COMMON,
@@ -234,15 +255,17 @@ function progressMeter (stderr: NodeJS.WriteStream, total: number | undefined): 
   }
 }
 
-async function get (args: string[], io: Io): Promise<number> {
-  const { values, positionals } = parse(args, GET_OPTIONS)
-  const url = oneUrl(positionals, 'endpoint-url')
+/** The dataset query of get's and link's options. */
+async function datasetQuery (values: {
+  format?: string, entity?: string, meta?: string, limit?: string, 'archive-type'?: string,
+  columns?: string, where?: string, since?: string, 'since-file'?: string
+}): Promise<DatasetQuery> {
   const limit = values.limit
   if (limit !== undefined && !/^\d+$/.test(limit)) throw new UsageProblem('--limit must be a non-negative integer')
   const sinceFile = values['since-file']
   if (sinceFile !== undefined && values.since !== undefined) throw new UsageProblem('give --since or --since-file, not both')
   const since = sinceFile === undefined ? values.since : await readSinceFile(sinceFile)
-  const query = {
+  return {
     format: values.format,
     entity: values.entity,
     meta: values.meta,
@@ -252,6 +275,33 @@ async function get (args: string[], io: Io): Promise<number> {
     where: values.where,
     since
   } as DatasetQuery
+}
+
+const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400 }
+
+/** `--expires`: a positive number of seconds, minutes, hours or days (`2h`), as seconds. */
+function durationSeconds (text: string): number {
+  const match = /^([1-9][0-9]{0,8})([smhd]?)$/.exec(text)
+  if (match === null) throw new UsageProblem('--expires must be a duration such as 90s, 30m, 2h or 7d')
+  return Number(match[1]) * DURATION_UNITS[match[2] === '' ? 's' : match[2]]
+}
+
+async function link (args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(args, LINK_OPTIONS)
+  const url = oneUrl(positionals, 'endpoint-url')
+  const query = await datasetQuery(values)
+  const expiresIn = values.expires === undefined ? undefined : durationSeconds(values.expires)
+  const minted = await clientFor(values, io, true).createLink(url, query, { expiresIn, signal: io.signal })
+  if (values.json === true) printJson(io, minted)
+  else io.stdout.write(minted.url + '\n')
+  return 0
+}
+
+async function get (args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parse(args, GET_OPTIONS)
+  const url = oneUrl(positionals, 'endpoint-url')
+  const query = await datasetQuery(values)
+  const sinceFile = values['since-file']
   const client = clientFor(values, io, true)
   const download = await client.downloadDataset(url, query, { signal: io.signal })
   // On its own the meter shows only on a terminal, and not over data printed to the same terminal.
@@ -355,6 +405,7 @@ async function list (which: 'keys' | 'endpoints', args: string[], io: Io): Promi
 
 const COMMANDS: Record<string, (args: string[], io: Io) => Promise<number>> = {
   get,
+  link,
   run,
   job,
   keys: async (args, io) => await list('keys', args, io),
@@ -378,7 +429,7 @@ async function main (args: string[], io: Io): Promise<number> {
     if (handler === undefined) {
       // Echoed only when it cannot be a key (a key has digits, capitals and a dash).
       const shown = /^[a-z]{1,15}$/.test(command) ? ` "${command}"` : ''
-      throw new UsageProblem(`unknown command${shown} (get, run, job, keys or endpoints)`)
+      throw new UsageProblem(`unknown command${shown} (get, link, run, job, keys or endpoints)`)
     }
     return await handler(rest, io)
   } catch (err) {

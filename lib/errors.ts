@@ -42,6 +42,11 @@ export const RangeNotSatisfiableError = answer<[string]>(
 export const TarSpoolFullError = answer(
   'FDE_TAR_SPOOL_FULL', 'Not enough temporary space for a tar download; retry later or use archiveType=zip', 503)
 
+// Download links (DESIGN.md §4.2, in the order the checks run)
+export const UnknownLinkError = answer('FDE_UNKNOWN_LINK', 'Unknown link', 403)
+export const RevokedLinkError = answer('FDE_REVOKED_LINK', 'Revoked link', 403)
+export const ExpiredLinkError = answer('FDE_EXPIRED_LINK', 'Expired link', 403)
+
 // Job status route (SPEC.md §7.3)
 export const InvalidJobIdError = answer('FDE_INVALID_JOB_ID', 'Invalid job id', 404)
 export const JobNotAvailableError = answer('FDE_JOB_NOT_AVAILABLE', 'Job is not available or has been deleted', 404)
@@ -51,6 +56,7 @@ export const JobDatasetGoneError = answer('FDE_JOB_DATASET_GONE', 'Dataset is no
 export const ManagementNotAuthorizedError = answer('FDE_MANAGEMENT_NOT_AUTHORIZED', 'Not authorized', 403)
 export const KeyNotFoundError = answer('FDE_KEY_NOT_FOUND', 'API key not found', 404)
 export const EndpointNotFoundError = answer('FDE_ENDPOINT_NOT_FOUND', 'Endpoint not found', 404)
+export const LinkNotFoundError = answer('FDE_LINK_NOT_FOUND', 'Link not found', 404)
 export const BadRequestError = answer<[string]>('FDE_BAD_REQUEST', '%s', 400)
 
 // A failure the client cannot act on: storage that failed (its text may name

@@ -17,6 +17,7 @@ import { IdempotencyReleaser } from './routes/idempotency-releaser.js'
 import { jobRoute } from './routes/job-route.js'
 import { bcryptHasher } from './keys/key-hasher.js'
 import { KeyVerifier } from './keys/key-verifier.js'
+import { LinkSigner } from './keys/link-tokens.js'
 import { redactingChildLogger } from './routes/log-redaction.js'
 import { managementRoutes } from './routes/management-routes.js'
 import { managementUi } from './routes/management-ui.js'
@@ -37,6 +38,16 @@ export interface DataEndpointsDecorator {
   flushUsage (): Promise<void>
   /** the tar spool's disk budget in use and the downloads waiting for it (for metrics) */
   tarSpoolUsage (): TarSpoolUsage
+  /**
+   * Adds a link-signing secret, which signs new links from now on (on other
+   * instances after their next read, `linkSecretRefreshInterval`); links
+   * signed before keep working until their secret is retired. Answers its id.
+   */
+  rotateLinkSecret (): Promise<string>
+  /** Deletes an older link-signing secret: the links it signed stop. */
+  retireLinkSecret (id: string): Promise<boolean>
+  /** The link-signing secrets' ids, oldest first, and the one that signs. */
+  linkSecretIds (): Promise<{ ids: string[], signing: string }>
 }
 
 declare module 'fastify' {
@@ -95,12 +106,13 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   // silent logger counts as one: the host may raise its level at run time.
   const logs = typeof app.log.level === 'string'
   // A storage failure answers 500 `Internal server error`, its detail logged.
-  const guarded = guardStorage(options.storage)
+  const storage = guardStorage(options.storage)
   const usage = new UsageRecorder(options.storage, options.usageFlushInterval, app.log, () => metrics?.flushFailed())
-  const downloadSlots = new DownloadSlots(guarded, options.downloadSlotLease, app.log)
+  const downloadSlots = new DownloadSlots(storage, options.downloadSlotLease, app.log)
   const ctx: PluginContext = {
     options,
-    storage: guarded,
+    storage,
+    links: new LinkSigner(storage, { refreshMs: options.linkSecretRefreshInterval }),
     hasher,
     verifier: new KeyVerifier({
       hasher,
@@ -121,7 +133,7 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     metrics: null,
     logs,
     downloadSlots,
-    limiter: new KeyLimiter({ storage: guarded, usage, slots: downloadSlots, get metrics () { return metrics } })
+    limiter: new KeyLimiter({ storage, usage, slots: downloadSlots, get metrics () { return metrics } })
   }
   if (options.metrics !== undefined) {
     const { registry } = options.metrics
@@ -136,7 +148,10 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   app.decorate('dataEndpoints', {
     storage: options.storage,
     flushUsage: () => ctx.usage.flush(),
-    tarSpoolUsage: () => ctx.tarSpool.usage()
+    tarSpoolUsage: () => ctx.tarSpool.usage(),
+    rotateLinkSecret: () => ctx.links.rotate(),
+    retireLinkSecret: (id) => ctx.links.retire(id),
+    linkSecretIds: () => ctx.links.secretIds()
   })
   // Fastify closes the server first: tar downloads still running then
   // (injected, or cut by the host's forceCloseConnections) are stopped, and

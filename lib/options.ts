@@ -82,6 +82,16 @@ export interface DataEndpointsOptions {
    */
   downloadSlotLease?: number
   /**
+   * the longest a download link may live, in milliseconds (DESIGN.md §4.2):
+   * a link asks for `expiresIn` seconds, at most this; default 7 days
+   */
+  maxLinkLifetime?: number
+  /**
+   * how often, in milliseconds, each instance reads the link-signing secrets
+   * again (to learn of a rotation or a retired secret); default one minute
+   */
+  linkSecretRefreshInterval?: number
+  /**
    * where tar entries wait until their size is known: `directory` (an existing
    * folder the plugin makes its own folder in; default the OS temporary folder), `maxBytes`
    * on disk across all tar downloads (default 512 MiB; beyond it 503),
@@ -168,6 +178,8 @@ export const DEFAULTS = {
   usageRetention: 400 * 24 * 60 * 60 * 1000,
   auditRetention: 730 * 24 * 60 * 60 * 1000,
   usageQueryMaxRows: 100_000,
+  maxLinkLifetime: 7 * 24 * 60 * 60 * 1000,
+  linkSecretRefreshInterval: 60_000,
   // directory: os.tmpdir() when the plugin registers
   tarSpool: { maxBytes: 512 * 1024 * 1024, maxWaitMs: 10_000, memoryPerEntry: 256 * 1024 },
   closeStorage: true,
@@ -219,7 +231,7 @@ function positiveInteger (name: string, value: unknown, min = 1, max = Number.MA
 export function resolveOptions (options: Partial<DataEndpointsOptions>): ResolvedOptions {
   requireMethods('storage', options.storage, ['findEndpointKey', 'applyUsage', 'queryUsage', 'pruneUsage', 'listAudit', 'pruneAudit',
     'pruneIdempotencyKeys', 'listKeys', 'createKey',
-    'putEndpoint', 'claimIdempotencyKey', 'close'])
+    'putEndpoint', 'claimIdempotencyKey', 'findLinkUse', 'listLinkSecrets', 'close'])
   requireMethods('datasets', options.datasets, ['getDataset'])
   requireMethods('pipelines', options.pipelines, ['getPipeline'])
   requireMethods('jobs', options.jobs, ['getJob'])
@@ -262,6 +274,8 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   positiveInteger('auditRetention', o.auditRetention, 60 * 60 * 1000)
   positiveInteger('usageQueryMaxRows', o.usageQueryMaxRows)
   if (o.maxKeyLifetime !== undefined) positiveInteger('maxKeyLifetime', o.maxKeyLifetime, 60 * 1000)
+  positiveInteger('maxLinkLifetime', o.maxLinkLifetime, 1000)
+  positiveInteger('linkSecretRefreshInterval', o.linkSecretRefreshInterval, 1000, 24 * 60 * 60 * 1000)
   positiveInteger('downloadChunkSize', o.downloadChunkSize, 1024, 16 * 1024 * 1024)
   positiveInteger('renderedBodyCacheBytes', o.renderedBodyCacheBytes, 0, 2 ** 32)
   if (o.failureThrottle !== false) {

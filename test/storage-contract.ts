@@ -5,7 +5,7 @@ import { randomAlphanumeric } from '../lib/keys/api-key.js'
 import {
   InvalidCursorError, MAX_ENDPOINT_KEYS, PrefixTakenError,
   type ApiKeyRecord, type EndpointListQuery, type EndpointLocator, type ListPage, type NewApiKey, type ProjectRef, type ResourceType, type Storage,
-  type UsageBatch, type UsageCount, type UsageRow
+  type UsageBatch, type UsageCount, type UsageRow, type LinkRecord, type NewLink
 } from '../lib/storage/storage.js'
 import { countId } from '../lib/storage/usage-buckets.js'
 
@@ -793,6 +793,13 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       for (const limit of [1, 2, 4, 6]) {
         t.same(tuples(await s.queryUsage(p, { ...shared, limit })), sharedRows.slice(0, limit), `limit ${limit} cuts the merged list`)
       }
+      if (s.countUsage !== undefined) {
+        for (const limit of [1, 6, 7, 8, 100]) {
+          t.equal(await s.countUsage(p, { ...shared, limit }), Math.min(limit, 7), `countUsage counts as far as its limit (${limit})`)
+        }
+        t.equal(await s.countUsage(p, { ...shared, endpointId: id2, keyId: k2.id, limit: 10 }), 1, 'countUsage filters as queryUsage')
+        t.equal(await s.countUsage(newProject(), { ...shared }), 0, 'countUsage: another project has none')
+      }
       t.same(tuples(await s.queryUsage(p, { ...shared, granularity: 'day', from: new Date(Date.UTC(2030, 0, 4)) })), inUsageOrder([
         [Date.UTC(2030, 0, 4), id1, k1.id, 'disabled', 7],
         [Date.UTC(2030, 0, 4), id1, k1.id, 'ok', 7],
@@ -1209,6 +1216,124 @@ export async function storageContract (t: Test, name: string, open: () => Promis
         t.equal(await b.findEndpointKey(l, null), null, 'endpoint delete')
       })
     }
+
+    /** A link's row as the plugin would write it, of `key` on `endpointId`. */
+    function newLink (key: ApiKeyRecord, endpointId: string, expiresInMs = 3_600_000): NewLink {
+      return {
+        id: randomAlphanumeric(22),
+        keyId: key.id,
+        keyPrefix: key.prefix,
+        endpointId,
+        params: { format: 'csv', entity: 'orders', limit: '10' },
+        expiresAt: new Date(Date.now() + expiresInMs)
+      }
+    }
+
+    t.test('links: createLink, findLinkUse, listLinks and revokeLink, each in its project only, audited', async (t) => {
+      const [a, b] = await twoStores(t)
+      const p = newProject()
+      const other = newProject()
+      const k = await keyIn(a, p)
+      const k2 = await keyIn(a, p)
+      const l = at(p)
+      const { endpoint } = await a.putEndpoint(l, [k.id], AUDIT) as { endpoint: { id: string } }
+      const input = newLink(k, endpoint.id)
+      const before = Date.now()
+      const created = await a.createLink(p, input, { actor: `key ${k.prefix}` })
+      t.ok(created !== null)
+      const link = created as LinkRecord
+      t.same(Object.keys(link).sort(), ['createdAt', 'endpointId', 'expiresAt', 'id', 'keyId', 'params', 'revokedAt'], 'never the key prefix nor a token')
+      t.equal(link.id, input.id)
+      t.same(link.params, input.params, 'params come back as written')
+      t.equal(link.expiresAt.getTime(), input.expiresAt.getTime())
+      t.equal(link.revokedAt, null)
+      t.ok(Math.abs(link.createdAt.getTime() - before) < CLOCK_SLACK_MS)
+      t.equal(await a.createLink(other, newLink(k, endpoint.id), AUDIT), null, 'a key of another project: nothing written')
+
+      t.same(await b.findLinkUse(link.id), {
+        revokedAt: null,
+        keyPrefix: k.prefix,
+        key: { id: k.id, prefix: k.prefix, isActive: true, expiresAt: null },
+        assigned: true,
+        endpoint: { id: endpoint.id, ...l }
+      }, 'another instance reads the link, its key and its endpoint')
+      t.equal(await b.findLinkUse('no-such-link'), null)
+
+      const second = await a.createLink(p, newLink(k2, endpoint.id), AUDIT) as LinkRecord
+      t.same((await b.listLinks(p, { limit: 10 })).map((x) => x.id), [second.id, link.id], 'newest first')
+      t.same((await b.listLinks(p, { keyId: k.id, limit: 10 })).map((x) => x.id), [link.id], 'one key\'s')
+      t.same((await b.listLinks(p, { limit: 1 })).map((x) => x.id), [second.id], 'limit')
+      t.same(await b.listLinks(other, { limit: 10 }), [], 'another project sees none')
+
+      t.equal(await b.revokeLink(other, link.id, AUDIT), null, 'another project cannot revoke it')
+      t.equal(await b.revokeLink(p, 'no-such-link', AUDIT), null)
+      const revoked = await b.revokeLink(p, link.id, { actor: 'erin' }) as LinkRecord
+      t.ok(revoked.revokedAt instanceof Date)
+      t.equal((await a.findLinkUse(link.id))?.revokedAt?.getTime(), revoked.revokedAt?.getTime(), 'the first instance sees the revocation')
+      const again = await a.revokeLink(p, link.id, AUDIT) as LinkRecord
+      t.equal(again.revokedAt?.getTime(), revoked.revokedAt?.getTime(), 'a second revocation keeps the first time')
+
+      const entries = (await a.listAudit(p, { limit: 50 })).filter((e) => e.action.startsWith('link.'))
+      t.same(entries.map((e) => [e.action, e.actor, e.keyId, e.endpointId, e.target]), [
+        ['link.revoked', 'erin', k.id, endpoint.id, link.id],
+        ['link.created', 'contract', k2.id, endpoint.id, second.id],
+        ['link.created', `key ${k.prefix}`, k.id, endpoint.id, link.id]
+      ], 'one entry per change, the second revocation none')
+      t.same(entries[2].changes, { params: { from: null, to: input.params }, expiresAt: { from: null, to: input.expiresAt.toISOString() } })
+    })
+
+    t.test('links: a key that is disabled, regenerated, unassigned or deleted, and a deleted endpoint, show in findLinkUse', async (t) => {
+      const [a, b] = await twoStores(t)
+      const p = newProject()
+      const k = await keyIn(a, p)
+      const spare = await keyIn(a, p)
+      const l = at(p)
+      const { endpoint } = await a.putEndpoint(l, [k.id, spare.id], AUDIT) as { endpoint: { id: string } }
+      const link = await a.createLink(p, newLink(k, endpoint.id), AUDIT) as LinkRecord
+      await a.updateKey(p, k.id, { isActive: false, expiresAt: new Date(Date.UTC(2040, 0, 1)) }, AUDIT)
+      t.same((await b.findLinkUse(link.id))?.key, { id: k.id, prefix: k.prefix, isActive: false, expiresAt: Date.UTC(2040, 0, 1) })
+      const prefix = randomAlphanumeric(10)
+      await a.replaceKeySecret(p, k.id, { prefix, hash: 'h' }, AUDIT)
+      const use = await b.findLinkUse(link.id)
+      t.equal(use?.keyPrefix, k.prefix, 'the prefix at minting stays')
+      t.equal(use?.key.prefix, prefix, 'the key\'s new prefix shows')
+      await a.removeEndpointKey(l, k.id, AUDIT)
+      t.equal((await b.findLinkUse(link.id))?.assigned, false, 'unassigned')
+      await a.deleteEndpoint(l, AUDIT)
+      t.equal((await b.findLinkUse(link.id))?.endpoint, null, 'endpoint deleted: the link stays, without it')
+      await a.deleteKey(p, k.id, AUDIT)
+      t.equal(await b.findLinkUse(link.id), null, 'the link goes with its key')
+      t.same(await b.listLinks(p, { limit: 10 }), [])
+    })
+
+    t.test('links: pruneLinks deletes those that expired before the time given, and answers how many', async (t) => {
+      const s = await emptyStore(t)
+      const p = newProject()
+      const k = await keyIn(s, p)
+      const { endpoint } = await s.putEndpoint(at(p), [k.id], AUDIT) as { endpoint: { id: string } }
+      const old = await s.createLink(p, { ...newLink(k, endpoint.id), expiresAt: new Date(Date.UTC(2020, 0, 1)) }, AUDIT) as LinkRecord
+      const live = await s.createLink(p, newLink(k, endpoint.id), AUDIT) as LinkRecord
+      t.equal(await s.pruneLinks(new Date(Date.UTC(2020, 0, 1))), 0, 'expiring at the time given: kept')
+      t.equal(await s.pruneLinks(new Date(Date.UTC(2021, 0, 1))), 1)
+      t.equal(await s.findLinkUse(old.id), null)
+      t.same((await s.listLinks(p, { limit: 10 })).map((l) => l.id), [live.id])
+    })
+
+    t.test('link secrets: added once by id, listed oldest first by every instance, deleted', async (t) => {
+      const [a, b] = await twoStores(t)
+      const older = { id: randomAlphanumeric(12), secret: randomAlphanumeric(43), createdAt: new Date(Date.now() - 60_000) }
+      const newer = { id: randomAlphanumeric(12), secret: randomAlphanumeric(43), createdAt: new Date() }
+      await a.addLinkSecret(newer)
+      await b.addLinkSecret(older)
+      await b.addLinkSecret({ ...older, secret: 'another' })
+      const mine = (await b.listLinkSecrets()).filter((x) => x.id === older.id || x.id === newer.id)
+      t.same(mine.map((x) => [x.id, x.secret, x.createdAt.getTime()]), [
+        [older.id, older.secret, older.createdAt.getTime()], [newer.id, newer.secret, newer.createdAt.getTime()]
+      ], 'oldest first; adding an id again changes nothing')
+      t.equal(await a.deleteLinkSecret(older.id), true)
+      t.equal(await a.deleteLinkSecret(older.id), false)
+      t.notOk((await b.listLinkSecrets()).some((x) => x.id === older.id))
+    })
 
     t.test('close releases the store: closing twice is fine, later calls reject', async (t) => {
       const s = await open()

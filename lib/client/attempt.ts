@@ -13,6 +13,8 @@ export interface AttemptSpec<T> {
   /** the URL as logs and errors show it */
   loggedUrl: string
   headers: Record<string, string>
+  /** a JSON request body (its content type is the caller's header to set) */
+  body?: string
   /** the caller's; aborting it is passed on as is and never retried */
   signal: AbortSignal | undefined
   /**
@@ -113,6 +115,7 @@ export async function attempt<T> (spec: AttemptSpec<T>, timeout: number, now: ()
     const response = await fetch(spec.url, {
       method: spec.method,
       headers: spec.headers,
+      body: spec.body,
       signal: controller.signal,
       // A redirect is not followed with the key: it could lead anywhere.
       redirect: sendsKey ? 'manual' : 'follow'

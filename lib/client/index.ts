@@ -127,6 +127,20 @@ export interface JobInfo {
   error?: string
 }
 
+/** A download link as minted (DESIGN.md §4.2): its URL downloads the dataset without a key. */
+export interface DownloadLink {
+  id: string
+  /** the link itself: whoever holds it can download until it expires or is revoked */
+  url: string
+  /** ISO 8601 */
+  expiresAt: string
+}
+
+export interface CreateLinkOptions extends CallOptions {
+  /** seconds the link lives; default on the server: 3600, at most its maxLinkLifetime */
+  expiresIn?: number
+}
+
 export interface RunPipelineOptions extends CallOptions {
   /** default: a fresh UUID per call, the same on every retry of that call */
   idempotencyKey?: string
@@ -233,6 +247,33 @@ export class DataEndpointsClient {
         }
       }
     })
+  }
+
+  /**
+   * Mints a download link for a dataset endpoint with these query parameters:
+   * a URL that tools which cannot send a header (spreadsheets, BI tools,
+   * DuckDB) open as is. A retried call may mint a second link; each expires
+   * on its own and can be revoked.
+   */
+  async createLink (url: string | URL, query: DatasetQuery = {}, options: CreateLinkOptions = {}): Promise<DownloadLink> {
+    const { expiresIn } = options
+    if (expiresIn !== undefined && (!Number.isSafeInteger(expiresIn) || expiresIn < 1)) throw new UsageError('expiresIn must be a positive integer of seconds')
+    const target = this.#keyedUrl(url)
+    target.pathname = target.pathname.replace(/\/*$/, '/links')
+    const body = await this.#call({
+      method: 'POST',
+      url: target,
+      loggedUrl: redactUrl(target.href),
+      headers: { ...this.#keyHeaders(), 'content-type': 'application/json', accept: 'application/json' },
+      body: JSON.stringify({ ...datasetParams(query), ...(expiresIn === undefined ? {} : { expiresIn }) }),
+      signal: options.signal,
+      handsOnBody: false,
+      read: readJson
+    })
+    if (typeof body?.id !== 'string' || typeof body.url !== 'string' || typeof body.expiresAt !== 'string') {
+      throw new DataEndpointsError('The server answered without id, url and expiresAt', { status: 201, url: redactUrl(target.href) })
+    }
+    return { id: body.id, url: body.url, expiresAt: body.expiresAt }
   }
 
   /**

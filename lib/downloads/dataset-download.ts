@@ -113,6 +113,27 @@ export interface DownloadContext {
 /** A download with an ETag may be stored by the client, revalidated each time; without one, not at all. */
 const REVALIDATE = 'private, no-cache'
 
+/** How a download was asked for: by a keyed GET (its query), or through a link (the link's params). */
+export interface DownloadRequest {
+  /** the GET's query parameters; default the request's query */
+  query?: Record<string, unknown>
+  /** a link's answer: `Cache-Control` says `private` even without an ETag */
+  viaLink?: boolean
+}
+
+/**
+ * The name of the file a download answers (`Content-Disposition`), without
+ * reading a row: what a link's URL ends in. `meta` answers are named after
+ * the dataset.
+ */
+export function downloadFileName (dataset: Dataset, q: DownloadQuery, context: DownloadContext): string {
+  if (q.meta === 'entities') return `${dataset.name}-entities.json`
+  if (q.meta === 'ddl') return `${dataset.name}-ddl.sql`
+  const download = FORMATS[q.format](downloadSpec(dataset, { ...q, limit: 0 }, context, new DownloadAbort()))
+  disposeBody(download)
+  return download.fileName
+}
+
 /**
  * Answers a dataset GET whose key is verified and whose dataset exists.
  * Everything that can fail before the first byte (query, model, Oracle
@@ -121,8 +142,9 @@ const REVALIDATE = 'private, no-cache'
  * its headers), so the client sees an incomplete response, never a file that
  * looks whole.
  */
-export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, ref: ResourceRef, context: DownloadContext): Promise<FastifyReply> {
-  let q = parseDownloadQuery(request.query as Record<string, unknown>, dataset)
+export async function sendDataset (request: FastifyRequest, reply: FastifyReply, dataset: Dataset, ref: ResourceRef, context: DownloadContext,
+  asked: DownloadRequest = {}): Promise<FastifyReply> {
+  let q = parseDownloadQuery(asked.query ?? request.query as Record<string, unknown>, dataset)
   checkEntities(dataset.entities)
   // Taken before anything is read (the 304 and cached answers carry it too):
   // this download holds no row past it, the next one (since=it) every row after it.
@@ -153,7 +175,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     // A 304 is a successful call: the key hook has counted it already.
     if (ifNoneMatchHits(request.headers['if-none-match'], etag)) return reply.code(304).send()
   } else {
-    reply.header('cache-control', 'no-store')
+    reply.header('cache-control', asked.viaLink === true ? 'private, no-store' : 'no-store')
   }
 
   if (q.meta === 'entities') {

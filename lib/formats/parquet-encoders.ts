@@ -32,6 +32,8 @@ interface Job {
   message: RowGroupJob
   resolve: (result: EncodedRowGroup) => void
   reject: (err: Error) => void
+  /** called once the batch has been copied to the thread */
+  copied?: () => void
 }
 
 /** The module of the worker, next to this one. */
@@ -95,6 +97,7 @@ class EncoderThread {
     // same buffers (entity-batches.ts), and a buffer transferred away stayed
     // counted on this thread until a full GC (2-3 MiB of garbage a group).
     this.worker.postMessage(job.message)
+    job.copied?.()
   }
 }
 
@@ -161,11 +164,15 @@ export class ParquetEncoders {
     }
   }
 
-  /** Encodes a row group in a worker thread; the batch is copied to it when the job starts. */
-  encode (message: RowGroupJob): Promise<EncodedRowGroup> {
+  /**
+   * Encodes a row group in a worker thread; the batch is copied to it when the
+   * job starts, and `copied` is called then: from that moment the batch's
+   * buffers may be packed again.
+   */
+  encode (message: RowGroupJob, copied?: () => void): Promise<EncodedRowGroup> {
     if (this.closed) return Promise.reject(new Error('The Parquet encoders are closed'))
     return new Promise((resolve, reject) => {
-      this.jobs.push({ message, resolve, reject })
+      this.jobs.push({ message, resolve, reject, copied })
       this.dispatch()
     })
   }

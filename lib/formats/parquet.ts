@@ -1,7 +1,7 @@
 import { ByteWriter, ParquetWriter } from 'hyparquet-writer'
 import type { Column, Entity } from '../host/dataset-source.js'
 import { archiveBody, archiveDownload, archiveFileNames } from './archive.js'
-import { MAX_DECIMAL128_PRECISION, isNullable } from './column-batch.js'
+import { MAX_DECIMAL128_PRECISION, isNullable, type PackedBatch } from './column-batch.js'
 import { entityBatches } from './entity-batches.js'
 import type { SchemaElement } from './parquet-row-group.js'
 import { perEntity } from './rows.js'
@@ -96,27 +96,40 @@ export async function * parquetFile (spec: DownloadSpec, entity: Entity): AsyncG
   const writer = new ByteWriter()
   const file = new ParquetWriter({ writer, schema: fileSchema, codec, createdBy: CREATED_BY })
   yield takeBytes(writer)
-  // Each batch is copied to a worker thread, so the next is packed into the same buffers.
+  // Each batch is copied to a worker thread, so the next is packed into the
+  // same buffers: while a group is encoded there, the next one's rows are
+  // read and packed here, so that one download keeps both threads busy. A
+  // client that stops reading holds the group it was sent and the packed
+  // buffers, which the download holds anyway.
   const batches = entityBatches(spec, entity, batchBytes, true)
+  let packing: Promise<IteratorResult<PackedBatch>> | null = null
+  let release: (() => void) | null = null
   try {
-    for (;;) {
-      // A slot before the rows are read: it bounds the groups in memory.
-      const release = await encoders.acquire(spec.responseStarted, spec.abort.signal)
-      let group
-      try {
-        const next = await batches.next()
-        if (next.done === true) break
-        group = await encoders.encode({ schema: encoding, batch: next.value, offset: writer.offset, codec })
-      } finally {
-        release()
-      }
+    // A slot before the first rows are read: slots bound the groups in memory.
+    release = await encoders.acquire(spec.responseStarted, spec.abort.signal)
+    let next = await batches.next()
+    while (next.done !== true) {
+      release ??= await encoders.acquire(spec.responseStarted, spec.abort.signal)
+      let copied!: () => void
+      const sent = new Promise<void>((resolve) => { copied = resolve })
+      const encoded = encoders.encode({ schema: encoding, batch: next.value, offset: writer.offset, codec }, copied)
+      await Promise.race([sent, encoded])
+      packing = batches.next()
+      packing.catch(() => {}) // awaited below, or in finally: never an unhandled rejection
+      const group = await encoded
+      release()
+      release = null
       writer.offset += group.bytes.length
       file.row_groups.push(group.rowGroup)
       file.num_rows += group.rowGroup.num_rows
       file.pendingIndexes.push(...group.indexes)
       yield Buffer.from(group.bytes.buffer, group.bytes.byteOffset, group.bytes.byteLength)
+      next = await packing
+      packing = null
     }
   } finally {
+    release?.()
+    await packing?.catch(() => {})
     await batches.return(undefined)
   }
   void file.finish()

@@ -6,7 +6,7 @@ import {
   DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError, withDetails
 } from '../errors.js'
-import type { EndpointLocator, Storage } from '../storage/storage.js'
+import type { EndpointLocator, KeyLimits, Storage } from '../storage/storage.js'
 import type { UsageRecorder } from '../storage/usage-recorder.js'
 import type { KeyVerifier } from './key-verifier.js'
 import type { KeyLimiter } from './key-limits.js'
@@ -25,6 +25,9 @@ export interface AuthenticatedCall {
   endpointId: string
   /** the key that authenticated the call */
   keyId: string
+  /** its prefix and expiry (ms since the epoch, null: never), for the links it mints */
+  keyPrefix: string
+  keyExpiresAt: number | null
 }
 
 declare module 'fastify' {
@@ -72,7 +75,7 @@ export function suppliedKey (request: FastifyRequest): unknown {
   return undefined
 }
 
-function isLoopback (ip: string): boolean {
+export function isLoopback (ip: string): boolean {
   return ip === '::1' || ip.startsWith('127.') || ip.startsWith('::ffff:127.')
 }
 
@@ -93,7 +96,70 @@ export interface KeyCheckParts {
   requireHttps: boolean
 }
 
-export function authenticateHook ({ storage, verifier, usage, throttle, limiter, requireHttps }: KeyCheckParts) {
+/** A key whose identity is established (its secret matched, or a link's signature did), as storage has it now. */
+export interface KnownKey {
+  id: string
+  isActive: boolean
+  /** ms since the epoch; null: never */
+  expiresAt: number | null
+  /** its limits (DESIGN.md §4.3); null or absent: none */
+  limits?: KeyLimits | null
+  /** with a bytesPerDay limit: the key's bytes of the UTC day as stored */
+  bytesToday?: number
+}
+
+/**
+ * The checks every call of a key goes through once the key is known, for a
+ * keyed request and a link's use alike: refusals count against the client's
+ * failure throttle; `admit` says "Disabled" for an inactive or expired key
+ * (DESIGN.md §2 step 5) and otherwise counts the call (step 6). A check that
+ * belongs between steps 5 and 6 (per-key limits, DESIGN.md §4.3) goes in
+ * `admit`, so that it applies to links too.
+ */
+export function keyChecks ({ usage, throttle, limiter }: Pick<KeyCheckParts, 'usage' | 'throttle' | 'limiter'>) {
+  function refuse (client: string, error: Error): never {
+    throttle?.recordFailure(client)
+    throw error
+  }
+
+  /**
+   * `download`: a dataset GET (it holds a download slot and counts its bytes).
+   * Answers a promise only when the key has limits to check: a key without
+   * any has nothing to wait for.
+   */
+  function admit (client: string, endpointId: string, key: KnownKey, reply: FastifyReply, download: boolean): Promise<void> | undefined {
+    // An expired key is inactive too; the clock is read on every request,
+    // so a memoised comparison never outlives the expiry.
+    if (!key.isActive) {
+      usage.recordRefusal(endpointId, key.id, 'disabled')
+      refuse(client, new DisabledKeyError())
+    }
+    if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
+      usage.recordRefusal(endpointId, key.id, 'expired')
+      refuse(client, new ExpiredKeyError())
+    }
+    // The key's limits (DESIGN.md §4.3): a refusal there is no call of the key.
+    const admitting = limiter.admit(reply, { endpointId, keyId: key.id, limits: key.limits ?? null, bytesToday: key.bytesToday ?? 0 }, download)
+    if (admitting === undefined) {
+      usage.record(endpointId, key.id)
+      return undefined
+    }
+    return admitting.then(() => { usage.record(endpointId, key.id) })
+  }
+
+  return { refuse, admit }
+}
+
+/** Which route a key hook guards: the data route itself, or the minting of a dataset's links (POST only). */
+export type KeyedRoute = 'data' | 'links'
+
+export function authenticateHook ({ storage, verifier, usage, throttle, limiter, requireHttps }: KeyCheckParts, route: KeyedRoute = 'data') {
+  const { admit } = keyChecks({ usage, throttle, limiter })
+
+  function refuse (client: string, error: Error): never {
+    throttle?.recordFailure(client)
+    throw error
+  }
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).
@@ -122,11 +188,6 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     if (begun !== undefined) await begun
   }
 
-  function refuse (client: string, error: Error): never {
-    throttle?.recordFailure(client)
-    throw error
-  }
-
   /**
    * A request without a key is counted in the endpoint's usage history as
    * `no_key`, if the endpoint exists. That takes a read the refusal itself
@@ -143,10 +204,15 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     // Data and refusals alike must not be kept by caches on the way.
     reply.header('cache-control', 'no-store')
     const locator = parseLocator(request.params as DataRouteParams)
-    if (locator === null) throw new NotFoundError()
-    // HEAD asks for a dataset's headers (a reader that queries a file in place asks for its length first).
-    const allowed = locator.type === 'dataset' ? request.method === 'GET' || request.method === 'HEAD' : request.method === 'POST'
-    if (!allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: locator.type === 'dataset' ? 'GET, HEAD' : 'POST' } })
+    // No link opens a pipeline: a pipeline has no links route.
+    if (locator === null || (route === 'links' && locator.type !== 'dataset')) throw new NotFoundError()
+    if (route === 'links') {
+      if (request.method !== 'POST') throw withDetails(new MethodNotAllowedError(), { headers: { allow: 'POST' } })
+    } else {
+      // HEAD asks for a dataset's headers (a reader that queries a file in place asks for its length first).
+      const allowed = locator.type === 'dataset' ? request.method === 'GET' || request.method === 'HEAD' : request.method === 'POST'
+      if (!allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: locator.type === 'dataset' ? 'GET, HEAD' : 'POST' } })
+    }
     if (requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
 
     const supplied = suppliedKey(request)
@@ -202,24 +268,11 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
         refuse(client, new UnknownKeyError())
       }
       // The secret matched, so saying "disabled" reveals nothing to a guesser.
-      // An expired key is inactive too; the clock is read on every request,
-      // so a memoised comparison never outlives the expiry.
-      if (!key.isActive) {
-        usage.recordRefusal(endpointId, key.id, 'disabled')
-        refuse(client, new DisabledKeyError())
-      }
-      if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
-        usage.recordRefusal(endpointId, key.id, 'expired')
-        refuse(client, new ExpiredKeyError())
-      }
-
-      // The key's limits (DESIGN.md §4.3): a refusal here is no call of the key.
-      const download = locator.type === 'dataset' && request.method === 'GET'
-      const admitting = limiter.admit(reply, { endpointId, keyId: key.id, limits: key.limits, bytesToday: key.bytesToday }, download)
+      // A download is a dataset GET (minting its links is none).
+      const download = route === 'data' && locator.type === 'dataset' && request.method === 'GET'
+      const admitting = admit(client, endpointId, key, reply, download)
       if (admitting !== undefined) await admitting
-
-      usage.record(endpointId, key.id)
-      request.dataEndpointCall = { locator, endpointId, keyId: key.id }
+      request.dataEndpointCall = { locator, endpointId, keyId: key.id, keyPrefix: prefix, keyExpiresAt: key.expiresAt }
     } finally {
       if (admitted) throttle?.settle(client)
     }

@@ -85,6 +85,11 @@ export class FailureThrottle {
     return wait
   }
 
+  /** Seconds `client` would wait now, as `admit` answers, without counting an attempt. */
+  over (client: string, now = Date.now()): number {
+    return this.wait(client, this.inFlight.get(client) ?? 0, now)
+  }
+
   settle (client: string): void {
     const n = this.inFlight.get(client)
     if (n === undefined) return

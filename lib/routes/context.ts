@@ -7,6 +7,7 @@ import type { KeyHasher } from '../keys/key-hasher.js'
 import type { KeyVerifier } from '../keys/key-verifier.js'
 import type { KeyLimiter } from '../keys/key-limits.js'
 import type { DownloadSlots } from '../keys/download-slots.js'
+import type { LinkSigner } from '../keys/link-tokens.js'
 import type { PluginMetrics } from '../metrics.js'
 import type { RenderedBodies } from '../downloads/rendered-bodies.js'
 import type { ResolvedOptions } from '../options.js'
@@ -20,6 +21,8 @@ export interface PluginContext {
   storage: Storage
   hasher: KeyHasher
   verifier: KeyVerifier
+  /** signs and verifies download links' tokens, with the secrets the store shares */
+  links: LinkSigner
   usage: UsageRecorder
   housekeeping: Housekeeping
   idempotencyReleaser: IdempotencyReleaser

@@ -15,6 +15,7 @@ import {
 import { logsAt, redactUrl } from './log-redaction.js'
 import { reasonOf } from '../metrics.js'
 import { datasetRoute, documentationOnly, pipelineRoute } from './openapi.js'
+import { linkRoutes } from './link-routes.js'
 import type { Pipeline } from '../host/pipeline-runner.js'
 import type { IdempotencyClaim } from '../storage/storage.js'
 
@@ -230,4 +231,5 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   app.route({ method: otherMethods, url: DATA_ROUTE, onRequest, schema: { hide: true }, handler: dataEndpoint })
   app.route({ method: 'GET', url: DATA_ROUTE, onRequest, exposeHeadRoute: false, ...datasetRoute, handler: dataEndpoint })
   app.route({ method: 'POST', url: DATA_ROUTE, onRequest, ...pipelineRoute, handler: dataEndpoint })
+  await linkRoutes(app, { ctx, download, baseUrl })
 }

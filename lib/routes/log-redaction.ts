@@ -8,13 +8,20 @@ function redactApiKeyParam (pair: string): string {
   return `${pair.slice(0, eq)}=[redacted]`
 }
 
+// A download link's token: the path segment after /api/links/, however
+// written (any case, a percent-encoded slash), up to the next slash or the query.
+const LINK_TOKEN = /(\/api(?:\/|%2f)links(?:\/|%2f))[^/?#]*/gi
+
 /**
- * A URL with the value of every `api_key` parameter replaced, and every key
- * masked wherever it sits, plain or percent-encoded.
+ * A URL with the value of every `api_key` parameter replaced, a download
+ * link's token replaced, and every key masked wherever it sits, plain or
+ * percent-encoded.
  */
 export function redactUrl (url: string): string {
   const q = url.indexOf('?')
-  const redacted = q < 0 ? url : url.slice(0, q + 1) + url.slice(q + 1).split('&').map(redactApiKeyParam).join('&')
+  const path = q < 0 ? url : url.slice(0, q)
+  const redacted = path.replace(LINK_TOKEN, '$1[redacted]') +
+    (q < 0 ? '' : '?' + url.slice(q + 1).split('&').map(redactApiKeyParam).join('&'))
   return redactKeys(redacted)
 }
 

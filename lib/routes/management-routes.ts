@@ -13,17 +13,18 @@ import { EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, readTimestamp } from '../inputs.j
 import { usageAnswerPieces } from './usage-answer.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, InternalServerError, KeyNotFoundError,
-  ManagementNotAuthorizedError, PipelineNotFoundError
+  LinkNotFoundError, ManagementNotAuthorizedError, PipelineNotFoundError
 } from '../errors.js'
 import { MANAGE_API_KEYS, type ResolvedOptions } from '../options.js'
 import {
   ApiKey, ApiKeyWithValue, CreateKeyBody, Endpoint, EndpointParams, ErrorBody, KeyParams, ProjectParams,
   PutEndpointBody, ResourcesAnswer, UpdateKeyBody, UsageAnswer, UsageQuerystring, AuditAnswer, AuditQuerystring,
   EndpointKeyParams, EndpointsQuerystring, KeysQuerystring, NextPageHeader, NoQuerystring,
+  LinkParams, LinksAnswer, LinksQuerystring, type LinkBody,
   type ApiKeyBody, type EndpointBody, type ResourceItem
 } from './schemas.js'
 import { bucketStart, DAY_MS, HOUR_MS } from '../storage/usage-buckets.js'
-import { NO_LIMITS, PrefixTakenError, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
+import { NO_LIMITS, PrefixTakenError, type LinkRecord, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
 import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage } from '../storage/storage.js'
 import { foldSearch } from '../storage/list-cursor.js'
 import { hostOf } from './data-routes.js'
@@ -61,6 +62,18 @@ function endpointBody (e: EndpointRecord, resourceName: string | undefined): End
     calls: e.calls,
     keys: e.keys,
     createdAt: e.createdAt.toISOString()
+  }
+}
+
+function linkBody (l: LinkRecord): LinkBody {
+  return {
+    id: l.id,
+    keyId: l.keyId,
+    endpointId: l.endpointId,
+    params: l.params,
+    createdAt: l.createdAt.toISOString(),
+    expiresAt: l.expiresAt.toISOString(),
+    revokedAt: l.revokedAt === null ? null : l.revokedAt.toISOString()
   }
 }
 
@@ -348,6 +361,22 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     return sendAnswer(reply, answer)
   })
 
+  // Download links (DESIGN.md §4.2): never their tokens, which only minting shows.
+  app.get('/:organization/:project/links', {
+    schema: { params: ProjectParams, querystring: LinksQuerystring, response: { 200: LinksAnswer, ...errors(400, 403) } }
+  }, async (request) => {
+    const { keyId, limit = 100 } = request.query
+    return { items: (await storage.listLinks(request.params, { keyId, limit })).map(linkBody) }
+  })
+
+  app.delete('/:organization/:project/links/:linkId', {
+    schema: { params: LinkParams, querystring: NoQuerystring, response: { 204: Type.Null(), ...errors(400, 403, 404) } }
+  }, async (request, reply) => {
+    const { linkId, ...project } = request.params
+    if (await storage.revokeLink(project, linkId, await auditOf(request)) === null) throw new LinkNotFoundError()
+    return reply.code(204).send(null)
+  })
+
   app.get('/:organization/:project/usage', {
     schema: { params: ProjectParams, querystring: UsageQuerystring, response: { 200: UsageAnswer, ...errors(400, 403) } }
   }, async (request, reply) => {
@@ -361,12 +390,13 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     await flushUsage()
     const limit = options.usageQueryMaxRows
     // Every bucket that overlaps [from, to): from the one that holds `from`.
-    const rows = await storage.queryUsage(request.params, {
-      granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit: limit + 1
-    })
-    if (rows.length > limit) {
-      throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
-    }
+    const query = { granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit: limit + 1 }
+    const overCap = (): Error =>
+      new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
+    // A store that counts refuses a range over the cap without reading its rows.
+    if (storage.countUsage !== undefined && await storage.countUsage(request.params, query) > limit) throw overCap()
+    const rows = await storage.queryUsage(request.params, query)
+    if (rows.length > limit) throw overCap()
     // The schema documents the answer; usageAnswerPieces writes its text,
     // streamed a piece at a time (Fastify pipes it, with backpressure).
     const body: unknown = Readable.from(usageAnswerPieces(granularity, rows), { objectMode: false })

@@ -8,7 +8,8 @@ import { requireManageApiKeys } from './management-routes.js'
 import type { ResolvedOptions } from '../options.js'
 import { MAX_ENDPOINT_KEYS } from '../storage/storage.js'
 import {
-  DataRouteParams, DatasetQuery, DatasetHeaders, DatasetResponses, JobParams, JobResponses, PipelineHeaders, PipelineResponses
+  DataRouteParams, DatasetQuery, DatasetHeaders, DatasetResponses, JobParams, JobResponses, PipelineHeaders, PipelineResponses,
+  LinkUseParams, MintLinkAnswer, MintLinkBody
 } from './schemas.js'
 
 // The OpenAPI 3 document of the plugin's routes, built by @fastify/swagger
@@ -77,6 +78,56 @@ export const pipelineRoute = {
   } satisfies FastifySchema
 }
 
+const errorBody = (description: string): ReturnType<typeof Type.Object> =>
+  Type.Object({ message: Type.String() }, { description })
+
+export const mintLinkRoute = {
+  config: dataRouteConfig('dataset'),
+  schema: {
+    tags: ['data'],
+    summary: 'Mint a download link: a URL that downloads the dataset without a key',
+    description: 'Needs an API key assigned to the endpoint, checked as for the dataset GET, with the same answers. ' +
+      'The link answers what the GET with these parameters answers, until it expires, is revoked, or its key is disabled, ' +
+      'expires, is regenerated or deleted (DESIGN.md §4.2).',
+    params: DataRouteParams,
+    body: MintLinkBody,
+    response: {
+      201: MintLinkAnswer,
+      400: errorBody('a parameter the GET refuses, with the message of the GET; `Invalid expiresIn: must be a positive integer (seconds)`, ' +
+        '`Invalid expiresIn: at most <n> seconds (maxLinkLifetime)`, `Invalid expiresIn: the key expires at <time>, before the link would`, ' +
+        '`Invalid <name>: not a parameter of the dataset download`, or a body that is not a JSON object'),
+      403: DatasetResponses[403],
+      404: errorBody('`Not found` (a sequence that is not a positive integer, or a pipeline: no link opens a pipeline) or `Dataset not found`'),
+      405: DatasetResponses[405],
+      429: DatasetResponses[429],
+      500: DatasetResponses[500]
+    }
+  } satisfies FastifySchema
+}
+
+export const linkUseRoute = {
+  // The route is a wildcard (link-routes.ts); the document names its two parts.
+  config: { swaggerTransform: ({ schema, url }) => ({ schema, url: url.replace('/links/*', '/links/:token/:fileName') }) } satisfies FastifyContextConfig,
+  schema: {
+    tags: ['data'],
+    summary: 'Download through a link (GET or HEAD; no key)',
+    description: 'Answers exactly what the dataset GET with the parameters of the link answers (formats, compression, ETag and 304, Range), ' +
+      'with `Referrer-Policy: no-referrer` and `Cache-Control: private`. Each use is a successful call of the key that minted it.',
+    security: [],
+    params: LinkUseParams,
+    headers: DatasetHeaders,
+    response: {
+      ...DatasetResponses,
+      403: errorBody('in this order: `Unknown link` (a token that does not verify, read before any storage), `Revoked link`, ' +
+        '`Expired link`, then the key and endpoint as the GET answers them: `Unknown API Endpoint` (endpoint deleted), ' +
+        '`Unknown API key` (key deleted, regenerated or no longer assigned), `Disabled API key` (key disabled or expired); ' +
+        'or `HTTPS required`'),
+      404: errorBody('`Dataset not found`'),
+      405: errorBody('`Endpoint or method not allowed`: a method other than GET and HEAD')
+    }
+  } satisfies FastifySchema
+}
+
 export const jobRouteSchema = {
   tags: ['jobs'],
   summary: 'A job\'s status (public, no key)',
@@ -85,8 +136,6 @@ export const jobRouteSchema = {
   response: JobResponses
 } satisfies FastifySchema
 
-const errorBody = (description: string): ReturnType<typeof Type.Object> =>
-  Type.Object({ message: Type.String() }, { description })
 
 const KEY_404 = '`API key not found` (no such key in this project)'
 const EXPIRY_400 = '`body.expiresAt: must be in the future`, `body.expiresAt: must be no later than <time> (maxKeyLifetime)`, ' +
@@ -140,6 +189,17 @@ const MANAGEMENT_DOCS: Record<string, ManagementDoc> = {
     ok: 'the key, its new whole value in `key`: shown this once only',
     400: MONIKER_400,
     404: KEY_404
+  },
+  'GET /:organization/:project/links': {
+    summary: 'List the project\'s download links (never their tokens), newest first; one key\'s with `keyId`',
+    ok: 'the links, revoked and expired ones included',
+    400: MONIKER_400
+  },
+  'DELETE /:organization/:project/links/:linkId': {
+    summary: 'Revoke a download link: its next use answers 403 `Revoked link`, on every instance',
+    ok: 'revoked (again: no change)',
+    400: MONIKER_400,
+    404: '`Link not found` (no such link in this project)'
   },
   'GET /:organization/:project/usage': {
     summary: 'The usage history: requests by hour or day, endpoint, key and outcome',
@@ -223,6 +283,9 @@ function optionalBodies (prefix: string): SwaggerTransformObject {
       const operation = openapi.paths[prefix + url.replace(/:(\w+)/g, '{$1}')]?.[method.toLowerCase()]
       if (operation?.requestBody !== undefined) operation.requestBody.required = false
     }
+    // Minting a link takes no body too: the defaults (sql, an hour).
+    const mint = openapi.paths['/api/{organization}/{project}/model/{modelSequence}/dataset/{resourceSequence}/links']?.post
+    if (mint?.requestBody !== undefined) mint.requestBody.required = false
     return openapi
   }
 }

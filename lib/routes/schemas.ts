@@ -249,9 +249,9 @@ export const AuditAnswer = Type.Object({
     action: Type.Enum(AUDIT_ACTIONS),
     keyId: Type.Union([Type.String(), Type.Null()]),
     endpointId: Type.Union([Type.String(), Type.Null()]),
-    target: Type.String({ description: 'the key\'s prefix or the endpoint\'s path, as it read then' }),
+    target: Type.String({ description: 'the key\'s prefix or the endpoint\'s path, as it read then; a link\'s id' }),
     changes: Type.Record(Type.String(), Type.Object({ from: Type.Unknown(), to: Type.Unknown() }), {
-      description: 'each changed field, old and new: purpose, isActive, expiresAt, prefix of a key; keyIds of an endpoint. Never a key value or hash'
+      description: 'each changed field, old and new: purpose, isActive, expiresAt, prefix of a key; keyIds of an endpoint; params, expiresAt, revokedAt of a link. Never a key value, hash or link token'
     })
   })),
   next: Type.Union([Type.String(), Type.Null()], { description: 'the `before` of the next page; null on the last' })
@@ -498,3 +498,54 @@ export const JobResponses = {
   }, { description: '`Invalid job id` (with `id`), `Job is not available or has been deleted` (with `job`), or `Dataset is not available or has been deleted` (a dump job whose dataset is gone)' }),
   500: errorBody('the server\'s message')
 }
+
+// Download links (DESIGN.md §4.2)
+
+export const MintLinkBody = Type.Object({
+  expiresIn: Type.Optional(Type.Integer({
+    minimum: 1,
+    default: 3600,
+    description: 'seconds the link lives: at most `maxLinkLifetime` (default 7 days) and never past the key\'s `expiresAt`; else 400 naming it'
+  })),
+  ...DatasetQuery.properties
+}, {
+  additionalProperties: false,
+  description: 'the dataset GET\'s query parameters the link downloads with, validated as the GET validates them, and `expiresIn`'
+})
+
+export const MintLinkAnswer = Type.Object({
+  id: Type.String({ description: 'the link\'s id, to list or revoke it' }),
+  url: Type.String({
+    description: '`<base>/api/links/<token>/<file name>`: the token is shown this once; the file name carries the format\'s extension'
+  }),
+  expiresAt: Type.String({ format: 'date-time' })
+}, { description: 'the new link' })
+
+export const LinkUseParams = Type.Object({
+  token: Type.String({ description: 'the signed token, as minted' }),
+  fileName: Type.String({ description: 'the file name the link was minted with; another name is `Unknown link`' })
+})
+
+export const Link = Type.Object({
+  id: Type.String(),
+  keyId: Type.String(),
+  endpointId: Type.String(),
+  params: Type.Record(Type.String(), Type.String(), { description: 'the dataset GET\'s query parameters the link downloads with' }),
+  createdAt: Type.String({ format: 'date-time' }),
+  expiresAt: Type.String({ format: 'date-time' }),
+  revokedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()])
+})
+export type LinkBody = Static<typeof Link>
+
+export const LinksAnswer = Type.Object({ items: Type.Array(Link) })
+
+export const LinksQuerystring = Type.Object({
+  keyId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'only this key\'s links' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_PAGE_LIMIT, default: 100, description: 'at most this many, newest first' }))
+}, { additionalProperties: false })
+
+export const LinkParams = Type.Object({
+  organization: Moniker,
+  project: Moniker,
+  linkId: Type.String({ minLength: 1, maxLength: 100 })
+})

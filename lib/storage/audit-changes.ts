@@ -1,4 +1,4 @@
-import { hasLimits, type ApiKeyRecord, type AuditChange } from './storage.js'
+import { hasLimits, type ApiKeyRecord, type AuditChange, type LinkRecord } from './storage.js'
 
 // What an audit entry says changed (DESIGN.md §4.1): the fields that differ,
 // each old and new, never a key value or hash. Shared by the adapters, which
@@ -42,4 +42,12 @@ export function keyIdChanges (before: readonly string[], after: readonly string[
   const from = [...new Set(before)].sort()
   const to = [...new Set(after)].sort()
   return from.join('\n') === to.join('\n') ? {} : { keyIds: { from, to } }
+}
+
+/** A new link's audited fields: what it downloads and until when (never its token). */
+export function linkChanges (link: LinkRecord): Record<string, AuditChange> {
+  return {
+    params: { from: null, to: link.params },
+    expiresAt: { from: null, to: link.expiresAt.toISOString() }
+  }
 }

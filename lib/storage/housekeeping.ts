@@ -1,6 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Storage } from './storage.js'
-import { HOUR_MS } from './usage-buckets.js'
+import { DAY_MS, HOUR_MS } from './usage-buckets.js'
+
+/** How long an expired download link stays listed (and its row kept) before it is deleted. */
+export const EXPIRED_LINK_RETENTION_MS = 30 * DAY_MS
 
 export interface HousekeepingOptions {
   /** usage history older than this is deleted (ms) */
@@ -13,9 +16,9 @@ export interface HousekeepingOptions {
 
 /**
  * Deletes what storage keeps only for a while, in the background: usage
- * history and audit entries past their retention, and Idempotency-Key
+ * history and audit entries past their retention, Idempotency-Key
  * records past their ttl (a claim whose answer never came would otherwise
- * stay for good). Once soon after start, then every hour. Each instance of a
+ * stay for good), and download links 30 days after they expired. Once soon after start, then every hour. Each instance of a
  * multi-instance deployment does so; deleting rows another instance has
  * just deleted is harmless. A failure is logged and tried again an hour later.
  */
@@ -47,6 +50,7 @@ export class Housekeeping {
     await this.prune('usage history', async () => storage.pruneUsage(new Date(now - options.usageRetention)))
     await this.prune('audit entries', async () => storage.pruneAudit(new Date(now - options.auditRetention)))
     await this.prune('Idempotency-Key records', async () => storage.pruneIdempotencyKeys(new Date(now - options.idempotencyTtl)))
+    await this.prune('expired download links', async () => storage.pruneLinks(new Date(now - EXPIRED_LINK_RETENTION_MS)))
   }
 
   private async prune (what: string, remove: () => Promise<number>): Promise<void> {

@@ -1,5 +1,6 @@
 import { LATEST_TIMESTAMP } from '../inputs.js'
 import { migrationSql, type Dialect, type Migration } from './table-list.js'
+import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
 
 // Migrations from number 6 on, shared by both adapters. The first five
 // (MIGRATIONS in sqlite-storage.ts and pg-storage.ts) were written once per
@@ -50,6 +51,23 @@ export const SHARED_MIGRATIONS: readonly Migration[] = [
     ]
   },
   {
+    why: 'One key\'s usage history from its index alone (issue 15): a year of one key by hour read 9,000 buckets ' +
+      'scattered over as many table pages, most of the query\'s time on PostgreSQL. The index keeps its name ' +
+      '(SQLite\'s queries name it) and now holds every column a usage query reads',
+    steps: [{
+      sql: {
+        sqlite: `DROP INDEX usage_hourly_key;
+CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start, outcome, count);
+DROP INDEX usage_daily_key;
+CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start, outcome, count);`,
+        pg: `DROP INDEX usage_hourly_key;
+CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start) INCLUDE (outcome, count);
+DROP INDEX usage_daily_key;
+CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE (outcome, count);`
+      }
+    }]
+  },
+  {
     why: 'Per-key limits (issue 26, DESIGN.md §4.3): three nullable limits on the key, read with it on every lookup; ' +
       'each key\'s count in its current minute (one row per key); its download slots, each held by a lease that ' +
       'its instance renews, so that a crashed instance\'s slot frees itself; and the bytes each usage bucket\'s downloads sent',
@@ -85,11 +103,28 @@ export const SHARED_MIGRATIONS: readonly Migration[] = [
       // Rows already there sent nothing that was counted: 0, not NULL.
       {
         sql: {
-          sqlite: 'ALTER TABLE usage_hourly ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;\nALTER TABLE usage_daily ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;',
-          pg: 'ALTER TABLE usage_hourly ADD COLUMN bytes bigint NOT NULL DEFAULT 0;\nALTER TABLE usage_daily ADD COLUMN bytes bigint NOT NULL DEFAULT 0;'
+          // The key indexes hold every column a usage query reads (issue 15's migration): bytes too.
+          sqlite: `ALTER TABLE usage_hourly ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+DROP INDEX usage_hourly_key;
+CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start, outcome, count, bytes);
+DROP INDEX usage_daily_key;
+CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start, outcome, count, bytes);`,
+          pg: `ALTER TABLE usage_hourly ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+DROP INDEX usage_hourly_key;
+CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start) INCLUDE (outcome, count, bytes);
+DROP INDEX usage_daily_key;
+CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE (outcome, count, bytes);`
         }
       }
     ]
+  },
+  // (Issue 24 takes the 10th entry; the 8th and 9th are issues 25 and 26's.
+  // Whichever lands later keeps that order when merging.)
+  {
+    why: 'Download links (issue 24, DESIGN.md §4.2): one row per link, gone with its key, and the secrets that sign them',
+    steps: [{ createTable: LINKS_TABLE }, { createTable: LINK_SECRETS_TABLE }]
   }
 ]
 

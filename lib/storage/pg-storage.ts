@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { createRequire } from 'node:module'
+import { setImmediate } from 'node:timers/promises'
 import type pg from 'pg'
 import {
   PrefixTakenError,
@@ -8,14 +9,19 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
-  NO_LIMITS, type DownloadSlot, type KeyLimits
+  NO_LIMITS, type DownloadSlot, type KeyLimits,
+  type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
-import { keyChanges, keyIdChanges } from './audit-changes.js'
+import { keyChanges, keyIdChanges, linkChanges } from './audit-changes.js'
 import { endpointPath } from './endpoint-path.js'
 import { dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
+import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
+import { fromRow, insertSql, toColumns } from './table-list.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
+import { LookupBatch } from './lookup-batch.js'
+import { mergeSeries } from './usage-series.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
 // on SQLite alone does not carry the driver (some 8 MB of memory).
@@ -175,6 +181,58 @@ const PURGE_INTERVAL_MS = 60_000
 // types them; PostgreSQL folds those to lower case). pg_ is reserved by PostgreSQL.
 const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/
 
+/** Most findEndpointKey lookups answered by one query. */
+const LOOKUP_BATCH = 64
+
+interface Lookup { locator: EndpointLocator, prefix: string | null }
+
+// The key's columns a lookup reads (k: the key, null when the prefix names
+// no key of the endpoint). Its expiry as epoch milliseconds: no Date parsed
+// per request.
+// The limits ride on the lookup (DESIGN.md §4.3); a key with a bytesPerDay
+// limit reads its bytes of the UTC day too, a key without one nothing more.
+const LOOKUP_KEY_COLUMNS = 'k.id AS key_id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8 AS expires_ms, ' +
+  'k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day'
+/** The key's bytes of the UTC day, in the schema's usage_daily (a column of the lookup). */
+const lookupBytesToday = (usageDaily: string): string =>
+  `CASE WHEN k.bytes_per_day IS NOT NULL THEN (SELECT COALESCE(sum(u.bytes), 0) FROM ${usageDaily} u
+     WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END AS bytes_today`
+
+interface LookupRow {
+  i: string
+  endpoint_id: string
+  key_id: string | null
+  hash: string | null
+  is_active: boolean | null
+  expires_ms: number | null
+  requests_per_minute: string | null
+  concurrent_downloads: string | null
+  bytes_per_day: string | null
+  bytes_today: string | null
+}
+
+function toLookup (row: LookupRow): EndpointKeyLookup {
+  if (row.key_id === null) return { endpointId: row.endpoint_id, key: null }
+  const limits = row.requests_per_minute === null && row.concurrent_downloads === null && row.bytes_per_day === null
+    ? null
+    : {
+        requestsPerMinute: integerOrNull(row.requests_per_minute),
+        concurrentDownloads: integerOrNull(row.concurrent_downloads),
+        bytesPerDay: integerOrNull(row.bytes_per_day)
+      }
+  return {
+    endpointId: row.endpoint_id,
+    key: {
+      id: row.key_id,
+      hash: row.hash as string,
+      isActive: row.is_active as boolean,
+      expiresAt: row.expires_ms,
+      limits,
+      bytesToday: Number(row.bytes_today ?? 0)
+    }
+  }
+}
+
 interface KeyRow {
   id: string
   organization: string
@@ -269,6 +327,27 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
 // PostgreSQL text cannot hold NUL (U+0000), and a query that sends one fails.
 // No stored id, moniker or prefix has one, so a lookup by such a value finds
 // nothing, as it would on SQLite; writes of such a value still fail.
+interface LinkUseRow {
+  revoked_at: Date | null
+  key_prefix: string
+  key_id: string
+  prefix: string
+  is_active: boolean
+  expires_at: Date | null
+  endpoint_id: string | null
+  organization: string | null
+  project: string | null
+  model_sequence: string | null
+  type: ResourceType | null
+  resource_sequence: string | null
+  assigned: boolean
+}
+
+function toLink (row: Record<string, unknown>): LinkRecord {
+  const { keyPrefix, ...link } = fromRow(LINKS_TABLE, 'pg', row)
+  return link as unknown as LinkRecord
+}
+
 function hasNul (...values: string[]): boolean {
   return values.some((v) => v.includes('\u0000'))
 }
@@ -317,6 +396,7 @@ export class PgStorage implements Storage {
   private readonly endpointSelect: string
   private readonly lookupName: string
   private migrated: Promise<void> | null = null
+  private readonly lookups = new LookupBatch<Lookup, EndpointKeyLookup | null>((lookups) => this.lookupBatch(lookups), LOOKUP_BATCH)
   private lastPurge = 0
   private closed = false
 
@@ -358,13 +438,29 @@ export class PgStorage implements Storage {
          JOIN ${t('endpoints')} e ON e.id = v.endpoint_id
         WHERE v.count > 0 OR v.bytes > 0
        ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = u.count + EXCLUDED.count, bytes = u.bytes + EXCLUDED.bytes`
-    const usageSelect = (table: string): string =>
+    // $1, $2: the project; $3: an endpoint id or null; [$4, $5): the range; $6: a key id or null.
+    const usageFrom = (table: string): string =>
+      `FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
+        WHERE e.organization = $1 AND e.project = $2 AND ($3::text IS NULL OR e.id = $3)
+          AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)`
+    // How many buckets, counted no further than $7.
+    const usageCount = (table: string): string => `SELECT count(*)::int AS n FROM (SELECT 1 ${usageFrom(table)} LIMIT $7) x`
+    // One row per endpoint, key and outcome, its buckets as text in no order
+    // (UsageSeries): no sort on the server; merged by start in JS, with turns
+    // of the event loop. Bucket starts are whole hours: seconds hold them.
+    // Of the range's first $7 buckets as they come: when they are all of it
+    // (the counts add up to less than $7), one read answers the query.
+    const usageSeries = (table: string): string =>
+      `SELECT endpoint_id, key_id, outcome, count(*)::int AS n,
+              string_agg(date_part('epoch', start)::bigint || ':' || count || ':' || bytes, ',') AS points
+         FROM (SELECT u.endpoint_id, u.key_id, u.outcome, u.start, u.count, u.bytes ${usageFrom(table)} LIMIT $7) u
+        GROUP BY endpoint_id, key_id, outcome`
+    // The first $7 buckets in order, for a range that holds more than that.
+    const usageOrdered = (table: string): string =>
       // The start as epoch milliseconds: the driver would parse every row's
       // timestamptz text into a Date of its own, the most of a long answer's time.
       `SELECT (extract(epoch FROM u.start) * 1000)::float8 AS start_ms, u.endpoint_id, u.key_id, u.outcome, u.count, u.bytes
-         FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
-        WHERE e.organization = $1 AND e.project = $2 AND ($3::text IS NULL OR e.id = $3)
-          AND u.start >= $4 AND u.start < $5 AND ($6::text IS NULL OR u.key_id = $6)
+         ${usageFrom(table)}
         ORDER BY u.start, u.endpoint_id COLLATE "C", u.key_id COLLATE "C", u.outcome COLLATE "C"
         LIMIT $7`
     const locatorMatch = 'e.organization = $1 AND e.project = $2 AND e.model_sequence = $3 AND e.type = $4 AND e.resource_sequence = $5'
@@ -377,18 +473,17 @@ export class PgStorage implements Storage {
     this.t = t
     this.endpointSelect = endpointSelect
     this.sql = {
-      // The limits ride on it (DESIGN.md §4.3); a key with a bytesPerDay
-      // limit reads its bytes of the UTC day too, a key without one nothing more.
-      lookup: `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at,
-                      k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day,
-                      CASE WHEN k.bytes_per_day IS NOT NULL THEN
-                        (SELECT COALESCE(sum(u.bytes), 0) FROM ${t('usage_daily')} u
-                          WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END AS bytes_today
-                 FROM ${t('endpoints')} e
-                 LEFT JOIN ${t('endpoint_keys')} ek ON ek.endpoint_id = e.id
-                       AND ek.key_id = (SELECT id FROM ${t('api_keys')} WHERE prefix = $6)
-                 LEFT JOIN ${t('api_keys')} k ON k.id = ek.key_id
-                WHERE ${locatorMatch}`,
+      // Many requests' key checks in one round trip (LookupBatch): $1..$6 are
+      // the lookups' columns, each answer row carries its lookup's number `i`
+      // (1-based). The key is joined only through its assignment to the
+      // endpoint. A column the check needs goes in LOOKUP_KEY_COLUMNS.
+      lookup: `SELECT l.i, e.id AS endpoint_id, ${LOOKUP_KEY_COLUMNS}, ${lookupBytesToday(t('usage_daily'))}
+                 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[])
+                      WITH ORDINALITY AS l (organization, project, model_sequence, type, resource_sequence, prefix, i)
+                 JOIN ${t('endpoints')} e ON e.organization = l.organization AND e.project = l.project
+                      AND e.model_sequence = l.model_sequence AND e.type = l.type AND e.resource_sequence = l.resource_sequence
+                 LEFT JOIN (${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id)
+                      ON ek.endpoint_id = e.id AND k.prefix = l.prefix`,
       // Rows are locked in id order, so that two instances flushing at once cannot deadlock.
       lockEndpoints: `SELECT 1 FROM ${t('endpoints')} WHERE id = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
       addCalls: `UPDATE ${t('endpoints')} e SET calls = e.calls + u.n
@@ -398,8 +493,9 @@ export class PgStorage implements Storage {
                     FROM unnest($1::text[], $2::timestamptz[]) AS u (id, at) WHERE k.id = u.id`,
       addHourly: addUsage('usage_hourly'),
       addDaily: addUsage('usage_daily'),
-      usageByHour: usageSelect('usage_hourly'),
-      usageByDay: usageSelect('usage_daily'),
+      usageCount: { hour: usageCount('usage_hourly'), day: usageCount('usage_daily') },
+      usageSeries: { hour: usageSeries('usage_hourly'), day: usageSeries('usage_daily') },
+      usageOrdered: { hour: usageOrdered('usage_hourly'), day: usageOrdered('usage_daily') },
       pruneUsage: `WITH h AS (DELETE FROM ${t('usage_hourly')} WHERE start < $1 RETURNING 1),
                         d AS (DELETE FROM ${t('usage_daily')} WHERE start < $1 RETURNING 1)
                    SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM d) AS n`,
@@ -486,12 +582,29 @@ export class PgStorage implements Storage {
       purgeIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < now() - $1::float8 * interval '1 millisecond'`,
       pruneIdempotency: `DELETE FROM ${t('idempotency_keys')} WHERE created_at < $1`,
       completeIdempotency: `UPDATE ${t('idempotency_keys')} SET response = $4 WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3`,
+      insertLink: insertSql(LINKS_TABLE, 'pg', t('links')),
+      getLink: `SELECT l.* FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id
+                 WHERE l.id = $1 AND k.organization = $2 AND k.project = $3`,
+      // Every use of a link: its state, its key's and its endpoint's, in one read.
+      linkUse: `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
+                       e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
+                       EXISTS (SELECT 1 FROM ${t('endpoint_keys')} ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+                  FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id LEFT JOIN ${t('endpoints')} e ON e.id = l.endpoint_id
+                 WHERE l.id = $1`,
+      listLinks: `SELECT l.* FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id
+                   WHERE k.organization = $1 AND k.project = $2 AND ($3::text IS NULL OR l.key_id = $3)
+                   ORDER BY l.created_at DESC, l.id DESC LIMIT $4`,
+      revokeLink: `UPDATE ${t('links')} SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING *`,
+      pruneLinks: `DELETE FROM ${t('links')} WHERE expires_at < $1`,
+      listLinkSecrets: `SELECT * FROM ${t('link_secrets')} ORDER BY created_at, id`,
+      addLinkSecret: insertSql(LINK_SECRETS_TABLE, 'pg', t('link_secrets')) + ' ON CONFLICT (id) DO NOTHING',
+      deleteLinkSecret: `DELETE FROM ${t('link_secrets')} WHERE id = $1`,
       releaseIdempotency: `DELETE FROM ${t('idempotency_keys')}
                             WHERE endpoint_id = $1 AND key_id = $2 AND idempotency_key = $3 AND claim_token = $4 AND response IS NULL`
     }
     // Named, so each connection parses and plans the per-request lookup once;
     // the schema is in the name because the text differs per schema.
-    this.lookupName = 'fde_lookup_' + createHash('sha256').update(this.schema).digest('hex').slice(0, 16)
+    this.lookupName = 'fde_lookups_' + createHash('sha256').update(this.schema).digest('hex').slice(0, 16)
   }
 
   private query<R extends pg.QueryResultRow> (on: Queryable, text: string, values: unknown[] = [], name?: string): Promise<pg.QueryResult<R>> {
@@ -563,33 +676,21 @@ export class PgStorage implements Storage {
 
   async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
     if (hasNul(locator.organization, locator.project, locator.type)) return null
+    await this.migrate()
     // A prefix with NUL is no key's: the endpoint alone, as for an unknown prefix.
-    const keyPrefix = prefix !== null && hasNul(prefix) ? null : prefix
-    const { rows } = await this.run<{
-      endpoint_id: string, key_id: string | null, hash: string | null, is_active: boolean | null, expires_at: Date | null,
-      requests_per_minute: string | null, concurrent_downloads: string | null, bytes_per_day: string | null, bytes_today: string | null
-    }>(this.sql.lookup, [...locatorParams(locator), keyPrefix], this.lookupName)
-    if (rows.length === 0) return null
-    const row = rows[0]
-    if (row.key_id === null) return { endpointId: row.endpoint_id, key: null }
-    const limits = row.requests_per_minute === null && row.concurrent_downloads === null && row.bytes_per_day === null
-      ? null
-      : {
-          requestsPerMinute: integerOrNull(row.requests_per_minute),
-          concurrentDownloads: integerOrNull(row.concurrent_downloads),
-          bytesPerDay: integerOrNull(row.bytes_per_day)
-        }
-    return {
-      endpointId: row.endpoint_id,
-      key: {
-        id: row.key_id,
-        hash: row.hash as string,
-        isActive: row.is_active as boolean,
-        expiresAt: row.expires_at?.getTime() ?? null,
-        limits,
-        bytesToday: Number(row.bytes_today ?? 0)
-      }
-    }
+    return this.lookups.lookup({ locator, prefix: prefix !== null && hasNul(prefix) ? null : prefix })
+  }
+
+  /** One query for a batch of findEndpointKey lookups (LookupBatch), answered in their order. */
+  private async lookupBatch (lookups: Lookup[]): Promise<Array<EndpointKeyLookup | null>> {
+    const column = <T>(of: (l: Lookup) => T): T[] => lookups.map(of)
+    const { rows } = await this.query<LookupRow>(this.pool, this.sql.lookup, [
+      column((l) => l.locator.organization), column((l) => l.locator.project), column((l) => l.locator.modelSequence),
+      column((l) => l.locator.type), column((l) => l.locator.resourceSequence), column((l) => l.prefix)
+    ], this.lookupName)
+    const answers: Array<EndpointKeyLookup | null> = lookups.map(() => null)
+    for (const row of rows) answers[Number(row.i) - 1] = toLookup(row)
+    return answers
   }
 
   async applyUsage (batch: UsageBatch): Promise<void> {
@@ -655,17 +756,41 @@ export class PgStorage implements Storage {
     throw new Error('PostgreSQL unavailable: a usage transaction is still in progress')
   }
 
+  async countUsage (project: ProjectRef, query: UsageQuery): Promise<number> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return 0
+    const { rows } = await this.run<{ n: number }>(this.sql.usageCount[query.granularity], [...this.usageParams(project, query), query.limit])
+    return rows[0].n
+  }
+
+  /**
+   * A range within the limit is read in one go as series (reading no more
+   * than the limit) and merged in JS (usage-series.ts); one over it is read
+   * again, sorted, as far as the limit: only a caller that asks for fewer
+   * rows than there are needs that (the usage route counts first).
+   */
   async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
     if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return []
+    const params = this.usageParams(project, query)
+    const series = (await this.run<{ endpoint_id: string, key_id: string, outcome: UsageOutcome, n: number, points: string }>(
+      this.sql.usageSeries[query.granularity], [...params, query.limit + 1])).rows
+    if (series.reduce((sum, s) => sum + s.n, 0) <= query.limit) {
+      return mergeSeries(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
+    }
     const { rows } = await this.run<{ start_ms: number, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string, bytes: string }>(
-      query.granularity === 'day' ? this.sql.usageByDay : this.sql.usageByHour,
-      [project.organization, project.project, query.endpointId ?? null, query.from, query.to, query.keyId ?? null, query.limit])
+      this.sql.usageOrdered[query.granularity], [...params, query.limit])
     // Rows come by start: consecutive rows share one Date.
     let start = new Date(NaN)
-    return rows.map((r) => {
+    const answer: UsageRow[] = []
+    for (const r of rows) {
       if (start.getTime() !== r.start_ms) start = new Date(r.start_ms)
-      return { start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count), bytes: Number(r.bytes) }
-    })
+      answer.push({ start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count), bytes: Number(r.bytes) })
+      if (answer.length % 4096 === 0) await setImmediate()
+    }
+    return answer
+  }
+
+  private usageParams (project: ProjectRef, query: UsageQuery): unknown[] {
+    return [project.organization, project.project, query.endpointId ?? null, query.from, query.to, query.keyId ?? null]
   }
 
   async pruneUsage (before: Date): Promise<number> {
@@ -989,6 +1114,83 @@ export class PgStorage implements Storage {
 
   async pruneIdempotencyKeys (before: Date): Promise<number> {
     return (await this.run(this.sql.pruneIdempotency, [before])).rowCount ?? 0
+  }
+
+  async createLink (project: ProjectRef, link: NewLink, audit: AuditContext): Promise<LinkRecord | null> {
+    if (hasNul(project.organization, project.project, link.keyId)) return null
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const known = await this.query(client, this.sql.projectKeys, [project.organization, project.project, [link.keyId]])
+      if (known.rowCount === 0) return null
+      await this.query(client, this.sql.insertLink, toColumns(LINKS_TABLE, 'pg', { ...link, createdAt: new Date(), revokedAt: null }))
+      const { rows } = await this.query<Record<string, unknown>>(client, this.sql.getLink, [link.id, project.organization, project.project])
+      const created = toLink(rows[0])
+      await this.audit(client, project, audit, 'link.created', link.id, linkChanges(created), { keyId: link.keyId, endpointId: link.endpointId })
+      return created
+    })
+  }
+
+  async findLinkUse (linkId: string): Promise<LinkUse | null> {
+    if (hasNul(linkId)) return null
+    const { rows } = await this.run<LinkUseRow>(this.sql.linkUse, [linkId])
+    if (rows.length === 0) return null
+    const row = rows[0]
+    return {
+      revokedAt: row.revoked_at,
+      keyPrefix: row.key_prefix,
+      key: { id: row.key_id, prefix: row.prefix, isActive: row.is_active, expiresAt: row.expires_at?.getTime() ?? null },
+      assigned: row.assigned,
+      endpoint: row.endpoint_id === null
+        ? null
+        : {
+            id: row.endpoint_id,
+            organization: row.organization as string,
+            project: row.project as string,
+            modelSequence: Number(row.model_sequence),
+            type: row.type as ResourceType,
+            resourceSequence: Number(row.resource_sequence)
+          }
+    }
+  }
+
+  async listLinks (project: ProjectRef, query: LinkListQuery): Promise<LinkRecord[]> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '')) return []
+    const { rows } = await this.run<Record<string, unknown>>(this.sql.listLinks,
+      [project.organization, project.project, query.keyId ?? null, query.limit])
+    return rows.map(toLink)
+  }
+
+  async revokeLink (project: ProjectRef, linkId: string, audit: AuditContext): Promise<LinkRecord | null> {
+    if (hasNul(project.organization, project.project, linkId)) return null
+    await this.migrate()
+    return this.transaction(async (client) => {
+      const found = await this.query<Record<string, unknown>>(client, this.sql.getLink + ' FOR UPDATE OF l', [linkId, project.organization, project.project])
+      if (found.rows.length === 0) return null
+      const { rows } = await this.query<Record<string, unknown>>(client, this.sql.revokeLink, [linkId])
+      if (rows.length === 0) return toLink(found.rows[0])
+      const after = toLink(rows[0])
+      await this.audit(client, project, audit, 'link.revoked', linkId, { revokedAt: { from: null, to: after.revokedAt?.toISOString() } },
+        { keyId: after.keyId, endpointId: after.endpointId })
+      return after
+    })
+  }
+
+  async pruneLinks (before: Date): Promise<number> {
+    return (await this.run(this.sql.pruneLinks, [before])).rowCount ?? 0
+  }
+
+  async listLinkSecrets (): Promise<LinkSecret[]> {
+    const { rows } = await this.run<Record<string, unknown>>(this.sql.listLinkSecrets)
+    return rows.map((r) => fromRow(LINK_SECRETS_TABLE, 'pg', r) as unknown as LinkSecret)
+  }
+
+  async addLinkSecret (secret: LinkSecret): Promise<void> {
+    await this.run(this.sql.addLinkSecret, toColumns(LINK_SECRETS_TABLE, 'pg', { ...secret }))
+  }
+
+  async deleteLinkSecret (id: string): Promise<boolean> {
+    if (hasNul(id)) return false
+    return (await this.run(this.sql.deleteLinkSecret, [id])).rowCount === 1
   }
 
   /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */

@@ -8,11 +8,14 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
-  NO_LIMITS, type DownloadSlot
+  NO_LIMITS, type DownloadSlot,
+  type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
+import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
+import { fromRow, insertSql, toColumns } from './table-list.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
 import { endpointPath } from './endpoint-path.js'
-import { keyChanges, keyIdChanges } from './audit-changes.js'
+import { keyChanges, keyIdChanges, linkChanges } from './audit-changes.js'
 import { dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
 
@@ -407,6 +410,16 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
+// linkUse's row as an array (raw): better-sqlite3 hands these back faster than objects.
+type LinkUseTuple = [revokedAt: number | null, keyPrefix: string, keyId: string, prefix: string, isActive: number, expiresAt: number | null,
+  endpointId: string | null, organization: string | null, project: string | null, modelSequence: number | null, type: ResourceType | null,
+  resourceSequence: number | null, assigned: number]
+
+function toLink (row: Record<string, unknown>): LinkRecord {
+  const { keyPrefix, ...link } = fromRow(LINKS_TABLE, 'sqlite', row)
+  return link as unknown as LinkRecord
+}
+
 function isUniqueViolation (err: unknown): boolean {
   return (err as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE'
 }
@@ -565,6 +578,25 @@ export class SqliteStorage implements Storage {
         keyUsageEndpoints('usage_hourly')).pluck(),
       keyUsageEndpointsByDay: db.prepare<{ organization: string, project: string, endpoint_id: string | null, key_id: string, from: number, to: number }, string>(
         keyUsageEndpoints('usage_daily')).pluck(),
+      insertLink: db.prepare<unknown[]>(insertSql(LINKS_TABLE, 'sqlite')),
+      getLink: db.prepare<[string, string, string], Record<string, unknown>>(
+        `SELECT l.* FROM links l JOIN api_keys k ON k.id = l.key_id WHERE l.id = ? AND k.organization = ? AND k.project = ?`),
+      // Every use of a link: its state, its key's and its endpoint's, in one read.
+      linkUse: db.prepare<[string], LinkUseTuple>(
+        `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
+                e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
+                EXISTS (SELECT 1 FROM endpoint_keys ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+           FROM links l JOIN api_keys k ON k.id = l.key_id LEFT JOIN endpoints e ON e.id = l.endpoint_id
+          WHERE l.id = ?`).raw(),
+      listLinks: db.prepare<{ organization: string, project: string, key_id: string | null, limit: number }, Record<string, unknown>>(
+        `SELECT l.* FROM links l JOIN api_keys k ON k.id = l.key_id
+          WHERE k.organization = @organization AND k.project = @project AND (@key_id IS NULL OR l.key_id = @key_id)
+          ORDER BY l.created_at DESC, l.id DESC LIMIT @limit`),
+      pruneLinks: db.prepare<[number]>('DELETE FROM links WHERE expires_at < ?'),
+      revokeLink: db.prepare<[number, string]>('UPDATE links SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+      listLinkSecrets: db.prepare<[], Record<string, unknown>>('SELECT * FROM link_secrets ORDER BY created_at, id'),
+      addLinkSecret: db.prepare<unknown[]>(insertSql(LINK_SECRETS_TABLE, 'sqlite') + ' ON CONFLICT (id) DO NOTHING'),
+      deleteLinkSecret: db.prepare<[string]>('DELETE FROM link_secrets WHERE id = ?'),
       keyEndpoints: db.prepare<[string, string, string], EndpointRow>(
         `SELECT ${ENDPOINT_COLUMNS} FROM endpoints
           WHERE id IN (SELECT endpoint_id FROM endpoint_keys WHERE key_id = ?) AND organization = ? AND project = ? ORDER BY id`)
@@ -986,6 +1018,73 @@ export class SqliteStorage implements Storage {
 
   async releaseDownloadSlot (slot: DownloadSlot): Promise<void> {
     this.statements.releaseSlot.run(slot.keyId, slot.slot, slot.leaseId)
+  }
+
+  async createLink (project: ProjectRef, link: NewLink, audit: AuditContext): Promise<LinkRecord | null> {
+    const s = this.statements
+    return this.db.transaction(() => {
+      if (s.isProjectKey.get(link.keyId, project.organization, project.project) === undefined) return null
+      s.insertLink.run(...toColumns(LINKS_TABLE, 'sqlite', { ...link, createdAt: new Date(), revokedAt: null }))
+      const created = toLink(s.getLink.get(link.id, project.organization, project.project) as Record<string, unknown>)
+      this.audit(project, audit, 'link.created', link.id, linkChanges(created), { keyId: link.keyId, endpointId: link.endpointId })
+      return created
+    }).immediate()
+  }
+
+  async findLinkUse (linkId: string): Promise<LinkUse | null> {
+    const row = this.statements.linkUse.get(linkId)
+    if (row === undefined) return null
+    const [revokedAt, keyPrefix, keyId, prefix, isActive, expiresAt, endpointId, organization, project, modelSequence, type, resourceSequence, assigned] = row
+    return {
+      revokedAt: revokedAt === null ? null : new Date(revokedAt),
+      keyPrefix,
+      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt },
+      assigned: assigned === 1,
+      endpoint: endpointId === null
+        ? null
+        : {
+            id: endpointId,
+            organization: organization as string,
+            project: project as string,
+            modelSequence: modelSequence as number,
+            type: type as ResourceType,
+            resourceSequence: resourceSequence as number
+          }
+    }
+  }
+
+  async listLinks (project: ProjectRef, query: LinkListQuery): Promise<LinkRecord[]> {
+    return this.statements.listLinks.all({ organization: project.organization, project: project.project, key_id: query.keyId ?? null, limit: query.limit })
+      .map(toLink)
+  }
+
+  async revokeLink (project: ProjectRef, linkId: string, audit: AuditContext): Promise<LinkRecord | null> {
+    const s = this.statements
+    return this.db.transaction(() => {
+      const row = s.getLink.get(linkId, project.organization, project.project)
+      if (row === undefined) return null
+      if (s.revokeLink.run(Date.now(), linkId).changes === 0) return toLink(row)
+      const after = toLink(s.getLink.get(linkId, project.organization, project.project) as Record<string, unknown>)
+      this.audit(project, audit, 'link.revoked', linkId, { revokedAt: { from: null, to: after.revokedAt?.toISOString() } },
+        { keyId: after.keyId, endpointId: after.endpointId })
+      return after
+    }).immediate()
+  }
+
+  async pruneLinks (before: Date): Promise<number> {
+    return this.statements.pruneLinks.run(before.getTime()).changes
+  }
+
+  async listLinkSecrets (): Promise<LinkSecret[]> {
+    return this.statements.listLinkSecrets.all().map((r) => fromRow(LINK_SECRETS_TABLE, 'sqlite', r) as unknown as LinkSecret)
+  }
+
+  async addLinkSecret (secret: LinkSecret): Promise<void> {
+    this.statements.addLinkSecret.run(...toColumns(LINK_SECRETS_TABLE, 'sqlite', { ...secret }))
+  }
+
+  async deleteLinkSecret (id: string): Promise<boolean> {
+    return this.statements.deleteLinkSecret.run(id).changes === 1
   }
 
   async close (): Promise<void> {

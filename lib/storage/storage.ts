@@ -172,7 +172,7 @@ export interface AuditContext {
 }
 
 export const AUDIT_ACTIONS = ['key.created', 'key.updated', 'key.regenerated', 'key.deleted',
-  'endpoint.created', 'endpoint.updated', 'endpoint.deleted'] as const
+  'endpoint.created', 'endpoint.updated', 'endpoint.deleted', 'link.created', 'link.revoked'] as const
 export type AuditAction = typeof AUDIT_ACTIONS[number]
 
 /** A field's value before and after a change (null where there was none). */
@@ -285,6 +285,55 @@ export type IdempotencyClaim =
  */
 export type BeforeCommit<T> = (record: T) => void
 
+/** A download link (DESIGN.md §4.2) as the management API shows it: never its token. */
+export interface LinkRecord {
+  id: string
+  keyId: string
+  endpointId: string
+  /** the dataset GET's query parameters the link downloads with */
+  params: Record<string, string>
+  createdAt: Date
+  expiresAt: Date
+  revokedAt: Date | null
+}
+
+export interface NewLink {
+  id: string
+  keyId: string
+  /** the key's prefix now: a regenerated key (another prefix) ends the link */
+  keyPrefix: string
+  endpointId: string
+  params: Record<string, string>
+  expiresAt: Date
+}
+
+/** What a link's use needs, read in one query on every use. */
+export interface LinkUse {
+  revokedAt: Date | null
+  /** the key's prefix when the link was minted */
+  keyPrefix: string
+  /** the key's state now (the link goes with a deleted key); `expiresAt` in ms since the epoch */
+  key: { id: string, prefix: string, isActive: boolean, expiresAt: number | null }
+  /** whether the key is still assigned to the endpoint */
+  assigned: boolean
+  /** the endpoint, null when it was deleted */
+  endpoint: (EndpointLocator & { id: string }) | null
+}
+
+/** A secret that signs link tokens; every instance reads the same set from the store. */
+export interface LinkSecret {
+  id: string
+  /** base64url of 32 random bytes */
+  secret: string
+  createdAt: Date
+}
+
+export interface LinkListQuery {
+  keyId?: string
+  /** at most this many, newest first */
+  limit: number
+}
+
 /** Thrown by `createKey` / `replaceKeySecret` when the prefix is already taken. */
 export class PrefixTakenError extends Error {
   readonly code = 'FDE_PREFIX_TAKEN'
@@ -314,6 +363,12 @@ export interface Storage {
    * deleted key's stays.
    */
   queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]>
+  /**
+   * Optional: how many rows `queryUsage` would answer, counting no further
+   * than `query.limit`. With it the usage route refuses a range over its
+   * row cap without reading the rows.
+   */
+  countUsage? (project: ProjectRef, query: UsageQuery): Promise<number>
   /** Deletes history buckets that start before `before`; answers how many. */
   pruneUsage (before: Date): Promise<number>
 
@@ -419,6 +474,30 @@ export interface Storage {
   renewDownloadSlots (slots: readonly DownloadSlot[], expiresAt: number): Promise<void>
   /** Frees a slot if `leaseId` still holds it. */
   releaseDownloadSlot (slot: DownloadSlot): Promise<void>
+
+  /**
+   * Stores a new link of the project's key (`link.created`, with the key id
+   * and endpoint id, in the same transaction). Null, writing nothing, when the
+   * key is not the project's.
+   */
+  createLink (project: ProjectRef, link: NewLink, audit: AuditContext): Promise<LinkRecord | null>
+  /** The link's revocation, its key and its endpoint as they are now; null when there is no such link (or its key was deleted). */
+  findLinkUse (linkId: string): Promise<LinkUse | null>
+  /** The project's links (of one key, with `keyId`), newest first. */
+  listLinks (project: ProjectRef, query: LinkListQuery): Promise<LinkRecord[]>
+  /**
+   * Revokes one of the project's links (`link.revoked`); a revoked link keeps
+   * its first `revokedAt`, and is audited once. Null when the project has no such link.
+   */
+  revokeLink (project: ProjectRef, linkId: string, audit: AuditContext): Promise<LinkRecord | null>
+  /** Deletes links that expired before `before`; answers how many. */
+  pruneLinks (before: Date): Promise<number>
+  /** Every link-signing secret, oldest first. */
+  listLinkSecrets (): Promise<LinkSecret[]>
+  /** Adds a link-signing secret; a secret with that id already there stays as it is. */
+  addLinkSecret (secret: LinkSecret): Promise<void>
+  /** Deletes a link-signing secret: the links it signed stop verifying. */
+  deleteLinkSecret (id: string): Promise<boolean>
 
   close (): Promise<void>
 }

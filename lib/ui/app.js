@@ -900,6 +900,56 @@ $('#create-key-form').addEventListener('submit', async (event) => {
   })
 })
 
+// --- download links --------------------------------------------------------
+
+/** The project's live links (not revoked, not expired), newest first. */
+let liveLinks = []
+
+function linkRow (link, now) {
+  const prefix = knownPrefixes.get(link.keyId)
+  const endpoint = endpointList.items.find((e) => e.id === link.endpointId)
+  const params = Object.entries(link.params).map(([name, value]) => `${name}=${value}`).join(' ')
+  const left = Date.parse(link.expiresAt) - now
+  return el('tr', { attrs: { 'data-id': link.id } },
+    cell('Key', {}, prefix === undefined ? el('span', { className: 'empty', textContent: 'a key not on this page' }) : el('code', { className: 'prefix', textContent: prefix })),
+    cell('Endpoint', {}, endpoint === undefined ? el('span', { className: 'empty', textContent: 'an endpoint not on this page' }) : el('code', { textContent: endpoint.path })),
+    cell('Parameters', {}, params === '' ? el('span', { className: 'empty', textContent: 'none (sql)' }) : el('code', { textContent: params })),
+    cell('Expires', {}, timeEl(link.expiresAt), ' ', el('span', { className: 'flag soon', textContent: `in ${timeLeft(left)}` })),
+    cell('Actions', { className: 'actions' },
+      rowButton('Revoke', `Revoke link ${link.id}`, `${link.id}:revoke`, () => revokeLink(link, prefix), 'danger')))
+}
+
+function renderLinks () {
+  const now = Date.now()
+  const rows = liveLinks.filter((l) => Date.parse(l.expiresAt) > now).map((l) => linkRow(l, now))
+  replaceRows($('#links-table'), rows, $('#links-title'))
+  $('#links-table').hidden = rows.length === 0
+  $('#no-links').hidden = rows.length > 0
+}
+
+/** The newest links the page reads: a bounded read, however many links a large project has made. */
+const LINKS_READ = 100
+
+/** Reads the project's newest links again; a host whose storage has none answers an empty list. */
+async function drawLinks () {
+  const { items } = await call('GET', `links?limit=${LINKS_READ}`)
+  liveLinks = items.filter((l) => l.revokedAt === null)
+  renderLinks()
+}
+
+async function revokeLink (link, prefix) {
+  const ok = await confirmAction(`Revoke this download link${prefix === undefined ? '' : ` of key ${prefix}`}? ` +
+    'Whoever holds its URL can no longer download with it.', 'Revoke link')
+  if (!ok) return
+  await attempt('Could not revoke the link', async () => {
+    await call('DELETE', `links/${encodeURIComponent(link.id)}`)
+    liveLinks = liveLinks.filter((l) => l.id !== link.id)
+    renderLinks()
+    await refreshAudit()
+    setStatus('Download link revoked.')
+  })
+}
+
 // --- endpoints -------------------------------------------------------------
 
 /** How many of an endpoint's keys its row names; the rest are counted. */
@@ -1589,11 +1639,13 @@ function auditSentence (entry, prefixes) {
       return endpoint(' keys changed: ', ...parts.flatMap((part, i) => i === 0 ? part : [', ', ...part]))
     }
     case 'endpoint.deleted': return endpoint(' deleted')
+    case 'link.created': return ['Download link ', el('code', { textContent: target }), ' minted', ...(entry.keyId === null ? [] : [' with ', keyRef(entry.keyId, prefixes)])]
+    case 'link.revoked': return ['Download link ', el('code', { textContent: target }), ' revoked']
     default: return [`${action} `, el('code', { textContent: target })]
   }
 }
 
-const FIELD_NAMES = { purpose: 'Purpose', isActive: 'State', expiresAt: 'Expires', limits: 'Limits', prefix: 'Prefix', keyIds: 'Keys' }
+const FIELD_NAMES = { purpose: 'Purpose', isActive: 'State', expiresAt: 'Expires', limits: 'Limits', prefix: 'Prefix', keyIds: 'Keys', params: 'Parameters', revokedAt: 'Revoked' }
 
 /** A field's value as the page shows it. */
 function fieldValue (field, value, prefixes) {
@@ -1604,6 +1656,8 @@ function fieldValue (field, value, prefixes) {
     case 'prefix': return [value === null ? '—' : el('code', { className: 'prefix', textContent: value })]
     case 'keyIds': return keyRefs(value ?? [], prefixes)
     case 'limits': return [value === null ? 'none' : limitsText(value)]
+    case 'revokedAt': return [value === null ? '—' : auditTime(value)]
+    case 'params': return [value === null ? '—' : el('code', { textContent: Object.entries(value).map(([n, v]) => `${n}=${v}`).join(' ') || 'none' })]
     default: return [JSON.stringify(value)]
   }
 }
@@ -1635,7 +1689,10 @@ function renderAudit () {
         : cell('Actor', { textContent: entry.actor }),
       cell('Change', {}, ...auditSentence(entry, prefixes)),
       cell('Fields, old → new', {}, ...auditFields(entry, prefixes)))
-    if (entry.keyId !== null) prefixes.set(entry.keyId, entry.action === 'key.regenerated' ? entry.changes.prefix?.from ?? entry.target : entry.target)
+    // A key entry's target is the key's prefix (a link entry's is the link's id).
+    if (entry.keyId !== null && entry.action.startsWith('key.')) {
+      prefixes.set(entry.keyId, entry.action === 'key.regenerated' ? entry.changes.prefix?.from ?? entry.target : entry.target)
+    }
     return row
   })
   replaceRows($('#audit-table'), rows, $('#audit-title'))
@@ -1680,7 +1737,8 @@ async function load () {
   renderAudit()
   watchRows($('#keys-table'), false)
   watchRows($('#endpoints-table'), false)
-  await usageSettled()
+  // The links after the keys and endpoints they name, while the charts are read; shown without them if their route refuses.
+  await Promise.all([drawLinks().catch(() => { liveLinks = []; renderLinks() }), usageSettled()])
 }
 
 /** The pages shown read again, with their rows' usage (a rotation's tables follow its clients). */
@@ -1688,6 +1746,7 @@ async function refreshTables () {
   if (hourStart(Date.now() + clockOffset) - (CHART_HOURS - 1) * HOUR_MS !== usage.first) resetUsage() // a new hour: the charts move on
   await showPage(keyList, 'keys', keyList.at, keyList.before, () => drawKeys(true))
   await showPage(endpointList, 'endpoints', endpointList.at, endpointList.before, () => drawEndpoints(true))
+  await drawLinks().catch(() => {})
 }
 
 /** The latest audit entries, after a change made in the page. */

@@ -51,6 +51,11 @@ app.get('/bare', async (request, reply) => sendBare(reply))
 app.get('/bare/pipeline', async () => ({ job_id: randomUUID(), job_url: 'http://x/api/job/' }))
 // The server's CPU time so far, so the runner can tell CPU per request.
 app.get('/bench/cpu', async () => process.cpuUsage())
+// A control for floods (links.ts): held a second, then 403, with no check at all.
+app.get('/bench/held/*', async (request, reply) => {
+  await new Promise((resolve) => setTimeout(resolve, 1000))
+  return reply.code(403).send({ message: 'Unknown link' })
+})
 // The issue's reference: @fastify/bearer-auth (keys in clear, in memory, no
 // storage read) in front of the same precomputed bytes, with the one key the
 // runner passes in BENCH_BEARER_KEY.

@@ -12,7 +12,11 @@
 //                   rendering costs; the example's route adds its key check
 //   /bench/cpu    the process's CPU time so far
 // The example's own routes answer on the first port. Env: LOG_LEVEL (default
-// info). Prints "key <api key>", then "ports <example> <hand-written>".
+// info); CACHE=off: the example's datasets lose their revision, so that no
+// download is served from the plugin's rendered-body cache (a host that gives
+// no revision); DATABASE_URL (and DATABASE_SCHEMA): the plugin's storage on
+// PostgreSQL, as the example's server with DATABASE_URL.
+// Prints "key <api key>", then "ports <example> <hand-written>".
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -30,7 +34,23 @@ const dir = mkdtempSync(join(tmpdir(), 'fde-bench-example-'))
 const ADMIN_TOKEN = 'bench-admin'
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
 
-const example = await buildExampleApp({ dataDir: dir, adminToken: ADMIN_TOKEN, eventsRows: 1000, logLevel })
+if (process.env.CACHE === 'off') {
+  const getDataset = SampleDatasets.prototype.getDataset
+  SampleDatasets.prototype.getDataset = async function (this: SampleDatasets, ref) {
+    const dataset = await getDataset.call(this, ref)
+    if (dataset === null) return null
+    const { revision, ...withoutRevision } = dataset
+    return withoutRevision
+  }
+}
+const example = await buildExampleApp({
+  dataDir: dir,
+  adminToken: ADMIN_TOKEN,
+  eventsRows: 1000,
+  logLevel,
+  databaseUrl: process.env.DATABASE_URL,
+  databaseSchema: process.env.DATABASE_SCHEMA
+})
 const created = (await example.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: admin, payload: { purpose: 'bench' } })).json()
 await example.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', headers: admin, payload: { keyIds: [created.id] } })
 const key = created.key as string

@@ -1,12 +1,22 @@
-// Benchmark (h) of issue "7 ·": the example server's authenticated json of
-// `sales` against a hand-written Fastify route that does the same job (key
-// checked against a Map, three prepared SELECTs, JSON.stringify), in the same
-// server process, the same run and with the same logger settings; a bare
-// route sending the precomputed bytes is kept as a record. Not a test: run it
-// with
-//   npx tsx test/bench/example-vs-handwritten.ts [seconds-per-run] [levels, e.g. info,warn]
-// and record the printed table in docs/benchmarks.md. The server runs compiled
-// under plain node (compile.ts); see example-bench-server.ts.
+// Benchmark (h) of issue "7 ·" and the harness of issue "15 ·": the example
+// server's authenticated json of `sales` against a hand-written Fastify route
+// that does the same job (key checked against a Map, three prepared SELECTs,
+// JSON.stringify), in the same server process, the same run and with the same
+// logger settings, the routes' runs interleaved. Not a test: run it with
+//   nice -n -20 npx tsx test/bench/example-vs-handwritten.ts [seconds-per-run] [levels, e.g. info,warn]
+// and record the printed table in docs/benchmarks.md. Env:
+//   MODE=cached    (default) the example's datasets have a revision: repeated
+//                  downloads come from the rendered-body cache
+//   MODE=uncached  the server's datasets have no revision (CACHE=off in
+//                  example-bench-server.ts): every download is rendered
+//   MODE=miss      revisions kept, but every request a new `limit` (larger
+//                  than the data): every request misses the cache
+//   MODE=pg        authenticated meta=entities on two example servers, the
+//                  plugin's storage on PostgreSQL (PGURL) and on SQLite
+//   CONNECTIONS    autocannon connections, default 20
+//   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
+//                  `npm start` runs the example; default: compiled (compile.ts)
+//                  under plain node, as a host runs the package
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -14,22 +24,30 @@ import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import autocannon, { type Options, type Result } from 'autocannon'
+import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
+const mode = process.env.MODE ?? 'cached'
+if (!['cached', 'uncached', 'miss', 'pg'].includes(mode)) throw new Error(`MODE: cached, uncached, miss or pg, not ${mode}`)
+const connections = Number(process.env.CONNECTIONS ?? 20)
+const underTsx = process.env.SERVER === 'tsx'
+const pgUrl = process.env.PGURL ?? 'postgres://postgres@127.0.0.1:5432/test'
 // Runs on a shared 2-core machine vary by ±15%: each route runs this many
 // times, the routes interleaved, and the run with the median rate counts.
-const ROUNDS = 3
+const ROUNDS = Number(process.env.ROUNDS ?? 3)
 
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
 process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
-const serverEntry = compileForBench(join(REPO, 'test/bench/example-bench-server.ts'), buildDir)
+const serverSource = join(REPO, 'test/bench/example-bench-server.ts')
+const serverEntry = underTsx ? serverSource : compileForBench(serverSource, buildDir)
 
-interface Server { child: ChildProcess, example: string, hand: string, key: string }
+interface Server { child: ChildProcess, example: string, hand: string, key: string, schema?: string }
 
-async function startServer (logLevel: string): Promise<Server> {
-  const child = spawn(process.execPath, [serverEntry], { env: { ...process.env, LOG_LEVEL: logLevel }, stdio: ['ignore', 'pipe', 'inherit'] })
+async function startServer (logLevel: string, env: Record<string, string> = {}): Promise<Server> {
+  const args = underTsx ? ['--import', 'tsx', serverEntry] : [serverEntry]
+  const child = spawn(process.execPath, args, { cwd: REPO, env: { ...process.env, LOG_LEVEL: logLevel, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
   const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
   let key = ''
   for await (const line of lines) {
@@ -38,9 +56,19 @@ async function startServer (logLevel: string): Promise<Server> {
     if (ports === null) continue
     // The log lines go on coming: read and drop them, as a log shipper would.
     child.stdout?.resume()
-    return { child, key, example: `http://127.0.0.1:${ports[1]}`, hand: `http://127.0.0.1:${ports[2]}` }
+    return { child, key, example: `http://127.0.0.1:${ports[1]}`, hand: `http://127.0.0.1:${ports[2]}`, schema: env.DATABASE_SCHEMA }
   }
   throw new Error('bench server did not start')
+}
+
+async function stopServer (server: Server): Promise<void> {
+  server.child.kill('SIGTERM')
+  await once(server.child, 'exit')
+  if (server.schema === undefined) return
+  const client = new pg.Client({ connectionString: pgUrl })
+  await client.connect()
+  await client.query(`DROP SCHEMA IF EXISTS "${server.schema}" CASCADE`)
+  await client.end()
 }
 
 type Run = Result & { cpuPerRequest: number }
@@ -50,10 +78,13 @@ async function serverCpu (server: Server): Promise<number> {
   return user + system
 }
 
+/** A route to load, on one server. */
+interface Route { server: Server, options: Options }
+
 /** One autocannon run, with the server's CPU time per request (µs): steadier than throughput on a shared machine. */
-async function load (server: Server, options: Options): Promise<Run> {
+async function load ({ server, options }: Route): Promise<Run> {
   const before = await serverCpu(server)
-  const result = await autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
+  const result = await autocannon({ connections, pipelining: 1, duration: seconds, ...options })
   const cpu = await serverCpu(server) - before
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${options.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
   return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
@@ -62,38 +93,69 @@ async function load (server: Server, options: Options): Promise<Run> {
 const rate = (r: Result): number => Math.round(r.requests.average)
 const rows: string[][] = []
 
-for (const level of levels) {
-  const server = await startServer(level)
+/** Each request a new `limit` above the data's size: a new cache key every time, the whole data. */
+function missing (url: string, headers: Record<string, string>): Options {
+  let n = 0
+  return { url, requests: [{ method: 'GET', headers, setupRequest: (request) => ({ ...request, path: `${new URL(url).pathname}?format=json&limit=${1_000_000 + n++}` }) }] }
+}
+
+/** The routes of one mode on its servers, and the name of the one each is compared with. */
+function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline: string } {
+  const [server] = servers
   const auth = { authorization: `Bearer ${server.key}` }
-  const routes = {
-    'bare route, the same bytes precomputed': { url: `${server.hand}/bare` },
-    'hand-written: Map key check, 3 prepared SELECTs, JSON.stringify': { url: `${server.hand}/hand/sales`, headers: auth },
-    'hand-written, the rows read through the example\'s DatasetSource': { url: `${server.hand}/hand/source`, headers: auth },
-    'Map key check + the plugin\'s download code (sendDataset) over the example\'s source': { url: `${server.hand}/hand/download?format=json`, headers: auth },
-    'example: authenticated json of sales (Bearer)': { url: `${server.example}/api/acme/shop/model/1/dataset/1?format=json`, headers: auth },
-    'example: authenticated meta=entities (Bearer)': { url: `${server.example}/api/acme/shop/model/1/dataset/1?meta=entities`, headers: auth }
-  } satisfies Record<string, Options>
-  for (const options of Object.values(routes)) await load(server, { ...options, duration: 2 }) // warm-up
+  const json = `${server.example}/api/acme/shop/model/1/dataset/1?format=json`
+  const meta = (s: Server): Route => ({ server: s, options: { url: `${s.example}/api/acme/shop/model/1/dataset/1?meta=entities`, headers: { authorization: `Bearer ${s.key}` } } })
+  const hand = 'hand-written: Map key check, 3 prepared SELECTs, JSON.stringify'
+  if (mode === 'pg') {
+    return { baseline: 'SQLite storage: authenticated meta=entities', routes: { 'SQLite storage: authenticated meta=entities': meta(servers[0]), 'PostgreSQL storage: authenticated meta=entities': meta(servers[1]) } }
+  }
+  if (mode === 'miss') {
+    return {
+      baseline: hand,
+      routes: {
+        [hand]: { server, options: missing(`${server.hand}/hand/sales`, auth) },
+        'example: authenticated json of sales, a new limit each request (cache misses)': { server, options: missing(json, auth) }
+      }
+    }
+  }
+  const routes: Record<string, Route> = {
+    'bare route, the same bytes precomputed': { server, options: { url: `${server.hand}/bare` } },
+    [hand]: { server, options: { url: `${server.hand}/hand/sales`, headers: auth } },
+    'hand-written, the rows read through the example\'s DatasetSource': { server, options: { url: `${server.hand}/hand/source`, headers: auth } },
+    'Map key check + the plugin\'s download code (sendDataset) over the example\'s source': { server, options: { url: `${server.hand}/hand/download?format=json`, headers: auth } },
+    [`example: authenticated json of sales (Bearer)${mode === 'uncached' ? ', no revision' : ''}`]: { server, options: { url: json, headers: auth } },
+    'example: authenticated meta=entities (Bearer)': meta(server)
+  }
+  return { baseline: hand, routes }
+}
+
+for (const level of levels) {
+  const servers = mode === 'pg'
+    ? [await startServer(level), await startServer(level, { DATABASE_URL: pgUrl, DATABASE_SCHEMA: `bench_example_${process.pid}` })]
+    : [await startServer(level, mode === 'uncached' ? { CACHE: 'off' } : {})]
+  const { routes, baseline } = routesOf(servers)
+  for (const route of Object.values(routes)) await load({ ...route, options: { ...route.options, duration: 2 } }) // warm-up
   const runs = new Map<string, Run[]>()
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [name, options] of Object.entries(routes)) runs.set(name, [...(runs.get(name) ?? []), await load(server, options)])
+    for (const [name, route] of Object.entries(routes)) runs.set(name, [...(runs.get(name) ?? []), await load(route)])
   }
   const median = (name: string): Run => {
     const sorted = [...(runs.get(name) ?? [])].sort((x, y) => rate(x) - rate(y))
     return sorted[sorted.length >> 1]
   }
-  const hand = median('hand-written: Map key check, 3 prepared SELECTs, JSON.stringify')
+  const base = median(baseline)
   for (const name of Object.keys(routes)) {
     const r = median(name)
     const all = (runs.get(name) ?? []).map(rate).join('/')
     rows.push([level, name, String(rate(r)), all, String(r.latency.p99), r.cpuPerRequest.toFixed(0),
-      (rate(r) / rate(hand)).toFixed(2), (hand.cpuPerRequest / r.cpuPerRequest).toFixed(2)])
+      (rate(r) / rate(base)).toFixed(2), (base.cpuPerRequest / r.cpuPerRequest).toFixed(2)])
   }
-  server.child.kill('SIGTERM')
-  await once(server.child, 'exit')
+  for (const server of servers) await stopServer(server)
 }
 
-console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ${seconds} s per run, 50 connections, median of ${ROUNDS} interleaved runs\n`)
-console.log('| LOG_LEVEL | route | req/s (median) | req/s of each run | p99 ms | server CPU µs/req | throughput vs hand-written | CPU vs hand-written |')
+const versus = mode === 'pg' ? 'SQLite storage' : 'hand-written'
+console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ` +
+  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}; ${seconds} s per run, ${connections} connections, median of ${ROUNDS} interleaved runs\n`)
+console.log(`| LOG_LEVEL | route | req/s (median) | req/s of each run | p99 ms | server CPU µs/req | throughput vs ${versus} | CPU vs ${versus} |`)
 console.log('|---|---|---:|---:|---:|---:|---:|---:|')
 for (const r of rows) console.log(`| ${r.join(' | ')} |`)

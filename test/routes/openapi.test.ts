@@ -45,7 +45,11 @@ const EXPECTED: Record<string, string[]> = {
   [`DELETE ${ENDPOINT}`]: ['204', '400', '403', '404', '413', '415', '500'],
   [`POST ${ENDPOINT}/keys/{keyId}`]: ['200', '400', '403', '404', '413', '415', '500'],
   [`DELETE ${ENDPOINT}/keys/{keyId}`]: ['200', '400', '403', '404', '413', '415', '500'],
-  'GET /api-keys/openapi.json': ['200', '403', '500']
+  'GET /api-keys/openapi.json': ['200', '403', '500'],
+  [`POST ${DATASET}/links`]: ['201', '400', '403', '404', '405', '429', '500'],
+  'GET /api/links/{token}/{fileName}': ['200', '206', '304', '400', '403', '404', '405', '416', '429', '500', '503'],
+  'GET /api-keys/{organization}/{project}/links': ['200', '400', '403', '500'],
+  'DELETE /api-keys/{organization}/{project}/links/{linkId}': ['204', '400', '403', '404', '413', '415', '500']
 }
 
 async function documentOf (t: Test): Promise<Document> {

@@ -1064,8 +1064,8 @@ if (chromiumAvailable(t)) {
     await lastEndpoint.locator('svg.chart').waitFor()
     await usageDrawn(page)
     await page.evaluate('window.scrollTo(0, 0)')
-    t.same(requests.filter((r) => !r.startsWith('GET usage')).sort(), ['GET audit?limit=25', 'GET endpoints?limit=25', 'GET keys?limit=25', 'GET resources'],
-      'and the first page of each list, the log and the names: nothing else')
+    t.same(requests.filter((r) => !r.startsWith('GET usage')).sort(), ['GET audit?limit=25', 'GET endpoints?limit=25', 'GET keys?limit=25', 'GET links?limit=100', 'GET resources'],
+      'and the first page of each list, the log, the newest links and the names: nothing else')
     t.ok(requests.filter((r) => r.startsWith('GET usage')).length < 50, 'fewer usage reads than rows, scrolled to the end and back')
     const elements = await page.evaluate<number>('document.getElementsByTagName("*").length')
     t.ok(elements < 60_000, `${elements} elements on the page (the whole project drew some 440,000)`)
@@ -1155,6 +1155,38 @@ if (chromiumAvailable(t)) {
     mkdirSync(ARTIFACTS, { recursive: true })
     writeFileSync(new URL('page-scale.json', ARTIFACTS), JSON.stringify(timings, null, 2))
     await page.screenshot({ path: new URL('management-scale.png', ARTIFACTS).pathname })
+    t.same(problems, [], 'no script error, no CSP refusal')
+  })
+
+  t.test('download links: each key\'s live links listed, one revoked from the page, the audit says so', async (t) => {
+    const { page, base, problems } = await openPage(t)
+    const made = await api<MadeKey>(base, 'POST', 'keys', { purpose: 'sheets' })
+    await api(base, 'PUT', 'endpoints/1/dataset/1', { keyIds: [made.id] })
+    const mint = async (body: Record<string, unknown>): Promise<{ id: string, url: string }> => {
+      const res = await fetch(`${base}${DATASET_URL}/links`, {
+        method: 'POST', headers: { authorization: `Bearer ${made.key}`, 'content-type': 'application/json' }, body: JSON.stringify(body)
+      })
+      return await res.json() as { id: string, url: string }
+    }
+    const kept = await mint({ format: 'csv', entity: 'orders' })
+    const revoked = await mint({ format: 'json', expiresIn: 600 })
+    const gone = await mint({ format: 'sql' })
+    await api(base, 'DELETE', `links/${gone.id}`)
+    await openProject(page, base, 1)
+    const rows = page.locator('#links-table tbody tr')
+    await untilCount(rows, 2)
+    t.match(await rows.nth(0).innerText(), made.prefix, 'the key\'s prefix')
+    t.match(await rows.nth(0).innerText(), 'format=json')
+    t.match(await rows.nth(1).innerText(), 'format=csv entity=orders')
+    t.notMatch(await page.locator('#links-table').innerText(), kept.url.split('/')[5], 'no token on the page')
+
+    await page.getByRole('button', { name: `Revoke link ${revoked.id}` }).click()
+    await page.getByRole('button', { name: 'Revoke link', exact: true }).click()
+    await page.getByRole('status').getByText('Download link revoked.').waitFor()
+    await untilCount(rows, 1)
+    t.same((await (await fetch(revoked.url)).json() as { message: string }).message, 'Revoked link')
+    t.equal((await fetch(kept.url)).status, 200, 'the other link still works')
+    t.match((await auditRows(page))[0][2], `Download link ${revoked.id} revoked`)
     t.same(problems, [], 'no script error, no CSP refusal')
   })
 }

@@ -143,7 +143,7 @@ t.test('writes and pages read only their rows: no statement they run scans a pro
   }
   // The pages, with every filter: searched from where the last page ended, in index order (no sort).
   const list = await import('../../lib/storage/sqlite-storage.js')
-  t.ok(list.MIGRATIONS.some((m) => m.includes('api_keys_project_order')), 'the index of the keys\' order')
+  t.ok(list.MIGRATIONS.some((m) => m.includes('CREATE INDEX api_keys_project_order')), 'the index of the keys\' order')
   const keysPage = planOf(`SELECT id FROM api_keys INDEXED BY api_keys_project_order WHERE organization = 'o' AND project = 'p'
     AND (created_at, id) > (1, 'x') ORDER BY created_at, id LIMIT 5`, [])
   t.notOk(keysPage.some((step) => /TEMP B-TREE/.test(step)), `keys page: ${keysPage.join('; ')}`)
