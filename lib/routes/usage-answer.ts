@@ -32,7 +32,7 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly
       head = '{"start":' + startText + ',"endpointId":' + JSON.stringify(endpointId) + ',"keyId":'
     }
     out += (i === 0 ? head : ',' + head) + (row.keyId === null ? 'null' : JSON.stringify(row.keyId)) +
-      ',"outcome":' + JSON.stringify(row.outcome) + ',"count":' + String(row.count) + '}'
+      ',"outcome":' + JSON.stringify(row.outcome) + ',"count":' + String(row.count) + ',"bytes":' + String(row.bytes ?? 0) + '}'
     if ((i + 1) % ROWS_PER_PIECE === 0) yield out + (out = '')
   }
   yield out + ']}'

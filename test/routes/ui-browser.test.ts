@@ -288,7 +288,7 @@ if (chromiumAvailable(t)) {
     t.match(await dialog.innerText(), new RegExp(`Delete key ${prefix} \\(nightly ETL\\)\\?`))
     await page.keyboard.press('Escape')
     await dialog.waitFor({ state: 'hidden' })
-    t.equal((await keyRow(page, prefix)).length, 7, 'cancelled: the key stays')
+    t.equal((await keyRow(page, prefix)).length, 8, 'cancelled: the key stays')
     await page.getByRole('button', { name: `Delete key ${prefix}` }).click()
     await dialog.getByRole('button', { name: 'Delete key' }).click()
     await page.getByRole('status').getByText(`Key ${prefix} deleted.`).waitFor()
