@@ -1253,7 +1253,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(await b.findLinkUse(link.id), {
         revokedAt: null,
         keyPrefix: k.prefix,
-        key: { id: k.id, prefix: k.prefix, isActive: true, expiresAt: null },
+        key: { id: k.id, prefix: k.prefix, isActive: true, expiresAt: null, limits: null, bytesToday: 0 },
         assigned: true,
         endpoint: { id: endpoint.id, ...l }
       }, 'another instance reads the link, its key and its endpoint')
@@ -1291,7 +1291,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const { endpoint } = await a.putEndpoint(l, [k.id, spare.id], AUDIT) as { endpoint: { id: string } }
       const link = await a.createLink(p, newLink(k, endpoint.id), AUDIT) as LinkRecord
       await a.updateKey(p, k.id, { isActive: false, expiresAt: new Date(Date.UTC(2040, 0, 1)) }, AUDIT)
-      t.same((await b.findLinkUse(link.id))?.key, { id: k.id, prefix: k.prefix, isActive: false, expiresAt: Date.UTC(2040, 0, 1) })
+      t.same((await b.findLinkUse(link.id))?.key, { id: k.id, prefix: k.prefix, isActive: false, expiresAt: Date.UTC(2040, 0, 1), limits: null, bytesToday: 0 })
       const prefix = randomAlphanumeric(10)
       await a.replaceKeySecret(p, k.id, { prefix, hash: 'h' }, AUDIT)
       const use = await b.findLinkUse(link.id)

@@ -211,15 +211,20 @@ interface LookupRow {
   bytes_today: string | null
 }
 
-function toLookup (row: LookupRow): EndpointKeyLookup {
-  if (row.key_id === null) return { endpointId: row.endpoint_id, key: null }
-  const limits = row.requests_per_minute === null && row.concurrent_downloads === null && row.bytes_per_day === null
+/** A key's limits from its three columns (bigint text): null when it has none. */
+function limitsOf (row: { requests_per_minute: string | null, concurrent_downloads: string | null, bytes_per_day: string | null }): KeyLimits | null {
+  return row.requests_per_minute === null && row.concurrent_downloads === null && row.bytes_per_day === null
     ? null
     : {
         requestsPerMinute: integerOrNull(row.requests_per_minute),
         concurrentDownloads: integerOrNull(row.concurrent_downloads),
         bytesPerDay: integerOrNull(row.bytes_per_day)
       }
+}
+
+function toLookup (row: LookupRow): EndpointKeyLookup {
+  if (row.key_id === null) return { endpointId: row.endpoint_id, key: null }
+  const limits = limitsOf(row)
   return {
     endpointId: row.endpoint_id,
     key: {
@@ -341,6 +346,10 @@ interface LinkUseRow {
   type: ResourceType | null
   resource_sequence: string | null
   assigned: boolean
+  requests_per_minute: string | null
+  concurrent_downloads: string | null
+  bytes_per_day: string | null
+  bytes_today: string | null
 }
 
 function toLink (row: Record<string, unknown>): LinkRecord {
@@ -588,7 +597,8 @@ export class PgStorage implements Storage {
       // Every use of a link: its state, its key's and its endpoint's, in one read.
       linkUse: `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
                        e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
-                       EXISTS (SELECT 1 FROM ${t('endpoint_keys')} ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+                       EXISTS (SELECT 1 FROM ${t('endpoint_keys')} ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned,
+                       k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${lookupBytesToday(t('usage_daily'))}
                   FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id LEFT JOIN ${t('endpoints')} e ON e.id = l.endpoint_id
                  WHERE l.id = $1`,
       listLinks: `SELECT l.* FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id
@@ -1138,7 +1148,14 @@ export class PgStorage implements Storage {
     return {
       revokedAt: row.revoked_at,
       keyPrefix: row.key_prefix,
-      key: { id: row.key_id, prefix: row.prefix, isActive: row.is_active, expiresAt: row.expires_at?.getTime() ?? null },
+      key: {
+        id: row.key_id,
+        prefix: row.prefix,
+        isActive: row.is_active,
+        expiresAt: row.expires_at?.getTime() ?? null,
+        limits: limitsOf(row),
+        bytesToday: Number(row.bytes_today ?? 0)
+      },
       assigned: row.assigned,
       endpoint: row.endpoint_id === null
         ? null

@@ -8,7 +8,7 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
-  NO_LIMITS, type DownloadSlot,
+  NO_LIMITS, type DownloadSlot, type KeyLimits,
   type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
@@ -410,10 +410,23 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
+/** A key's bytes of the UTC day, when it has a bytesPerDay limit (a column of the key lookups). */
+const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
+  (SELECT COALESCE(SUM(bytes), 0) FROM usage_daily u
+    WHERE u.key_id = k.id AND u.start = (CAST(strftime('%s', 'now') AS INTEGER) / 86400) * 86400000) END`
+
+/** A key's limits from its three columns: null when it has none. */
+function limitsOf (requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null): KeyLimits | null {
+  return requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
+    ? null
+    : { requestsPerMinute, concurrentDownloads, bytesPerDay }
+}
+
 // linkUse's row as an array (raw): better-sqlite3 hands these back faster than objects.
 type LinkUseTuple = [revokedAt: number | null, keyPrefix: string, keyId: string, prefix: string, isActive: number, expiresAt: number | null,
   endpointId: string | null, organization: string | null, project: string | null, modelSequence: number | null, type: ResourceType | null,
-  resourceSequence: number | null, assigned: number]
+  resourceSequence: number | null, assigned: number,
+  requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null, bytesToday: number | null]
 
 function toLink (row: Record<string, unknown>): LinkRecord {
   const { keyPrefix, ...link } = fromRow(LINKS_TABLE, 'sqlite', row)
@@ -451,10 +464,7 @@ export class SqliteStorage implements Storage {
       // limit reads its bytes of the UTC day; a key without one reads nothing more.
       lookup: db.prepare<[string | null, string, string, number, string, number], LookupTuple>(
         `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at,
-                k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day,
-                CASE WHEN k.bytes_per_day IS NOT NULL THEN
-                  (SELECT COALESCE(SUM(bytes), 0) FROM usage_daily u
-                    WHERE u.key_id = k.id AND u.start = (CAST(strftime('%s', 'now') AS INTEGER) / 86400) * 86400000) END
+                k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
            FROM endpoints e
            LEFT JOIN endpoint_keys ek ON ek.endpoint_id = e.id
                  AND ek.key_id = (SELECT id FROM api_keys WHERE prefix = ?)
@@ -585,7 +595,8 @@ export class SqliteStorage implements Storage {
       linkUse: db.prepare<[string], LinkUseTuple>(
         `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
                 e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
-                EXISTS (SELECT 1 FROM endpoint_keys ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+                EXISTS (SELECT 1 FROM endpoint_keys ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned,
+                k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
            FROM links l JOIN api_keys k ON k.id = l.key_id LEFT JOIN endpoints e ON e.id = l.endpoint_id
           WHERE l.id = ?`).raw(),
       listLinks: db.prepare<{ organization: string, project: string, key_id: string | null, limit: number }, Record<string, unknown>>(
@@ -631,9 +642,7 @@ export class SqliteStorage implements Storage {
     if (row === undefined) return null
     const [endpointId, keyId, hash, isActive, expiresAt, requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday] = row
     if (keyId === null) return { endpointId, key: null }
-    const limits = requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
-      ? null
-      : { requestsPerMinute, concurrentDownloads, bytesPerDay }
+    const limits = limitsOf(requestsPerMinute, concurrentDownloads, bytesPerDay)
     return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive === 1, expiresAt, limits, bytesToday: bytesToday ?? 0 } }
   }
 
@@ -1034,11 +1043,12 @@ export class SqliteStorage implements Storage {
   async findLinkUse (linkId: string): Promise<LinkUse | null> {
     const row = this.statements.linkUse.get(linkId)
     if (row === undefined) return null
-    const [revokedAt, keyPrefix, keyId, prefix, isActive, expiresAt, endpointId, organization, project, modelSequence, type, resourceSequence, assigned] = row
+    const [revokedAt, keyPrefix, keyId, prefix, isActive, expiresAt, endpointId, organization, project, modelSequence, type, resourceSequence, assigned,
+      requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday] = row
     return {
       revokedAt: revokedAt === null ? null : new Date(revokedAt),
       keyPrefix,
-      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt },
+      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt, limits: limitsOf(requestsPerMinute, concurrentDownloads, bytesPerDay), bytesToday: bytesToday ?? 0 },
       assigned: assigned === 1,
       endpoint: endpointId === null
         ? null

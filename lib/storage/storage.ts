@@ -312,8 +312,12 @@ export interface LinkUse {
   revokedAt: Date | null
   /** the key's prefix when the link was minted */
   keyPrefix: string
-  /** the key's state now (the link goes with a deleted key); `expiresAt` in ms since the epoch */
-  key: { id: string, prefix: string, isActive: boolean, expiresAt: number | null }
+  /**
+   * The key's state now (the link goes with a deleted key); `expiresAt` in ms
+   * since the epoch; its limits and, with a bytesPerDay limit, its bytes of
+   * the UTC day, as `findEndpointKey` reads them.
+   */
+  key: { id: string, prefix: string, isActive: boolean, expiresAt: number | null, limits: KeyLimits | null, bytesToday: number }
   /** whether the key is still assigned to the endpoint */
   assigned: boolean
   /** the endpoint, null when it was deleted */
