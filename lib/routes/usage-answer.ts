@@ -7,6 +7,7 @@ export const USAGE_PIECE_BYTES = 65_536
 const COMMA = 44
 const CLOSE = 125 // '}'
 const ZERO = 48
+const BYTES = Buffer.from(',"bytes":')
 
 /** Pieces written between two turns of the event loop. */
 const PIECES_PER_TURN = 4
@@ -44,7 +45,7 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly
   let at = piece.write('{"granularity":' + JSON.stringify(granularity) + ',"rows":[')
   let startTime = NaN
   let startText = Buffer.alloc(0) // '{"start":"…"'
-  // endpoint id -> key id ('\0null' for none) -> outcome -> ',"endpointId":…,"keyId":…,"outcome":…,"count":'
+  // endpoint id -> key id ('\0null' for none: ids never hold NUL) -> outcome -> ',"endpointId":…,"keyId":…,"outcome":…,"count":'
   const seriesTexts = new Map<string, Map<string, Map<string, Buffer>>>()
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i]
@@ -54,9 +55,10 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly
       startText = Buffer.from('{"start":' + JSON.stringify(row.start.toISOString()))
     }
     const series = seriesText(seriesTexts, row)
-    const count = Number.isSafeInteger(row.count) && row.count >= 0 ? null : Buffer.from(JSON.stringify(row.count))
-    // comma, start, series, at most 16 digits, '}'
-    const size = 1 + startText.length + series.length + (count === null ? 16 : count.length) + 1
+    const count = numberText(row.count)
+    const bytes = numberText(row.bytes ?? 0)
+    // comma, start, series, count, ',"bytes":', bytes, '}'
+    const size = 1 + startText.length + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
     if (at + size > piece.length) {
       yield piece.subarray(0, at)
       piece = Buffer.allocUnsafe(Math.max(USAGE_PIECE_BYTES, size))
@@ -65,8 +67,9 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly
     if (i > 0) piece[at++] = COMMA
     at += startText.copy(piece, at)
     at += series.copy(piece, at)
-    if (count !== null) at += count.copy(piece, at)
-    else at = writeDigits(piece, at, row.count)
+    at = count === null ? writeDigits(piece, at, row.count) : at + count.copy(piece, at)
+    at += BYTES.copy(piece, at)
+    at = bytes === null ? writeDigits(piece, at, row.bytes ?? 0) : at + bytes.copy(piece, at)
     piece[at++] = CLOSE
   }
   if (at + 2 > piece.length) {
@@ -91,6 +94,11 @@ function seriesText (texts: Map<string, Map<string, Map<string, Buffer>>>, row: 
     byOutcome.set(row.outcome, text)
   }
   return text
+}
+
+/** null for a safe non-negative integer (writeDigits writes it), else its JSON text. */
+function numberText (n: number): Buffer | null {
+  return Number.isSafeInteger(n) && n >= 0 ? null : Buffer.from(JSON.stringify(n))
 }
 
 /** A safe non-negative integer's decimal digits at `at`; the offset after them. */
