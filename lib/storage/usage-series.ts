@@ -22,6 +22,7 @@ const TURN = 2048
 
 const COLON = 58
 const COMMA = 44
+const MINUS = 45
 const ZERO = 48
 
 const byCode = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
@@ -46,12 +47,16 @@ export async function mergeSeries (series: readonly UsageSeries[], limit: number
     let count = 0
     let colons = 0
     let value = 0
+    let sign = 1 // a start before 1970 is negative
     for (let at = 0; at <= points.length; at++) {
       const code = at < points.length ? points.charCodeAt(at) : COMMA
       if (code === COLON) {
-        if (colons++ === 0) start = value
+        if (colons++ === 0) start = sign * value
         else count = value
         value = 0
+        sign = 1
+      } else if (code === MINUS) {
+        sign = -1
       } else if (code === COMMA) {
         const bytes = colons >= 2 ? value : 0
         if (colons < 2) count = value
