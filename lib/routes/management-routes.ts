@@ -10,7 +10,7 @@ import { endpointPath } from '../storage/endpoint-path.js'
 import { sendError } from './error-reply.js'
 import { strictValidatorCompiler } from './validator-compiler.js'
 import { EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, readTimestamp } from '../inputs.js'
-import { usageAnswerPieces } from './usage-answer.js'
+import { usageAnswerWithTurns } from './usage-answer.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, InternalServerError, KeyNotFoundError,
   LinkNotFoundError, ManagementNotAuthorizedError, PipelineNotFoundError
@@ -397,9 +397,10 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     if (storage.countUsage !== undefined && await storage.countUsage(request.params, query) > limit) throw overCap()
     const rows = await storage.queryUsage(request.params, query)
     if (rows.length > limit) throw overCap()
-    // The schema documents the answer; usageAnswerPieces writes its text,
-    // streamed a piece at a time (Fastify pipes it, with backpressure).
-    const body: unknown = Readable.from(usageAnswerPieces(granularity, rows), { objectMode: false })
+    // The schema documents the answer; usageAnswerPieces writes its bytes,
+    // streamed a piece at a time (Fastify pipes it, with backpressure), with
+    // turns of the event loop between them.
+    const body: unknown = Readable.from(usageAnswerWithTurns(granularity, rows), { objectMode: false })
     return reply.type('application/json; charset=utf-8').send(body as Static<typeof UsageAnswer>)
   })
 

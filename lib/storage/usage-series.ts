@@ -22,6 +22,7 @@ const TURN = 2048
 
 const COLON = 58
 const COMMA = 44
+const MINUS = 45
 const ZERO = 48
 
 const byCode = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
@@ -46,12 +47,16 @@ export async function mergeSeries (series: readonly UsageSeries[], limit: number
     let count = 0
     let colons = 0
     let value = 0
+    let sign = 1 // a start before 1970 is negative
     for (let at = 0; at <= points.length; at++) {
       const code = at < points.length ? points.charCodeAt(at) : COMMA
       if (code === COLON) {
-        if (colons++ === 0) start = value
+        if (colons++ === 0) start = sign * value
         else count = value
         value = 0
+        sign = 1
+      } else if (code === MINUS) {
+        sign = -1
       } else if (code === COMMA) {
         const bytes = colons >= 2 ? value : 0
         if (colons < 2) count = value
@@ -68,13 +73,14 @@ export async function mergeSeries (series: readonly UsageSeries[], limit: number
   }
   const starts = [...byStart.keys()].sort((a, b) => a - b)
   await setImmediate()
+  const keyIds = ordered.map((s) => (s.keyId === '' ? null : s.keyId))
   const rows: UsageRow[] = []
   for (const start of starts) {
     const at = new Date(start * 1000)
     const bucket = byStart.get(start) as number[]
     for (let i = 0; i < bucket.length && rows.length < limit; i += 3) {
-      const { endpointId, keyId, outcome } = ordered[bucket[i]]
-      rows.push({ start: at, endpointId, keyId: keyId === '' ? null : keyId, outcome, count: bucket[i + 1], bytes: bucket[i + 2] })
+      const s = bucket[i]
+      rows.push({ start: at, endpointId: ordered[s].endpointId, keyId: keyIds[s], outcome: ordered[s].outcome, count: bucket[i + 1], bytes: bucket[i + 2] })
       if (rows.length % TURN === 0) await setImmediate()
     }
     if (rows.length >= limit) break
