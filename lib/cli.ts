@@ -454,7 +454,11 @@ function report (err: unknown, io: Io): number {
     return EXIT_FAILED
   }
   if (err instanceof HttpError) {
-    say(`${err.message} (HTTP ${err.status})`)
+    // A 429 the client did not wait out (a key's daily quota): when to try again.
+    const retry = err.status === 429 && err.retryAt !== undefined && err.retryAfterMs !== undefined
+      ? `; retry after ${err.retryAt.toISOString()} (in ${Math.ceil(err.retryAfterMs / 1000)} s)`
+      : ''
+    say(`${err.message} (HTTP ${err.status})${retry}`)
     return EXIT_FAILED
   }
   if (err instanceof DataEndpointsError) {

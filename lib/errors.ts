@@ -24,6 +24,10 @@ export const DisabledKeyError = answer('FDE_DISABLED_KEY', 'Disabled API key', 4
 export const ExpiredKeyError = answer('FDE_EXPIRED_KEY', 'Disabled API key', 403)
 export const TooManyFailuresError = answer('FDE_TOO_MANY_FAILURES', 'Too many failed authentication attempts', 429)
 export const VerificationBusyError = answer('FDE_VERIFICATION_BUSY', 'Too many key verifications in progress', 429)
+// Per-key limits (DESIGN.md §4.3), after the key is verified
+export const RateLimitedError = answer('FDE_RATE_LIMITED', 'Rate limit exceeded', 429)
+export const TooManyDownloadsError = answer('FDE_TOO_MANY_DOWNLOADS', 'Too many concurrent downloads', 429)
+export const DailyQuotaError = answer('FDE_DAILY_QUOTA', 'Daily download quota exceeded', 429)
 export const DatasetNotFoundError = answer('FDE_DATASET_NOT_FOUND', 'Dataset not found', 404)
 export const PipelineNotFoundError = answer('FDE_PIPELINE_NOT_FOUND', 'Pipeline not found', 404)
 export const UnknownFormatError = answer<[string]>(

@@ -28,6 +28,8 @@ import { guardStorage } from './storage/guarded-storage.js'
 import { PluginMetrics } from './metrics.js'
 import { RenderedBodies } from './downloads/rendered-bodies.js'
 import { UsageRecorder } from './storage/usage-recorder.js'
+import { DownloadSlots } from './keys/download-slots.js'
+import { KeyLimiter } from './keys/key-limits.js'
 import { Housekeeping } from './storage/housekeeping.js'
 
 export interface DataEndpointsDecorator {
@@ -105,6 +107,8 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   const logs = typeof app.log.level === 'string'
   // A storage failure answers 500 `Internal server error`, its detail logged.
   const storage = guardStorage(options.storage)
+  const usage = new UsageRecorder(options.storage, options.usageFlushInterval, app.log, () => metrics?.flushFailed())
+  const downloadSlots = new DownloadSlots(storage, options.downloadSlotLease, app.log)
   const ctx: PluginContext = {
     options,
     storage,
@@ -118,7 +122,7 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
       maxQueuedHashesPerKey: options.maxQueuedHashesPerKey,
       observe: options.metrics === undefined ? undefined : (memo, seconds) => metrics?.verified(memo, seconds)
     }),
-    usage: new UsageRecorder(options.storage, options.usageFlushInterval, app.log, () => metrics?.flushFailed()),
+    usage,
     housekeeping: new Housekeeping(options.storage, options, app.log),
     idempotencyReleaser: new IdempotencyReleaser(options.storage, app.log),
     throttle: options.failureThrottle === false ? null : new FailureThrottle(options.failureThrottle),
@@ -127,7 +131,9 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     renderedFiles: options.renderedFiles.maxBytes === 0 ? null : new RenderedFiles(options.renderedFiles),
     parquetEncoders: new ParquetEncoders({ threads: options.parquetThreads, maxWaiting: options.parquetMaxWaiting, batchBytes: options.columnarBatchBytes }),
     metrics: null,
-    logs
+    logs,
+    downloadSlots,
+    limiter: new KeyLimiter({ storage, usage, slots: downloadSlots, get metrics () { return metrics } })
   }
   if (options.metrics !== undefined) {
     const { registry } = options.metrics
@@ -164,6 +170,8 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
   app.addHook('onClose', async () => {
     const released = ctx.idempotencyReleaser.close()
     const pruned = ctx.housekeeping.close()
+    // Slots still held (a download the server's close cut) are freed, not left to their leases.
+    await ctx.downloadSlots.close()
     try {
       await ctx.usage.close()
     } finally {

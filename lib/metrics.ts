@@ -39,6 +39,7 @@ export class PluginMetrics {
   private readonly downloadsInProgress: Gauge<'format'>
   private readonly downloadBytes: Counter<'format'>
   private readonly flushFailures: Counter
+  private readonly limitedCalls: Counter<'limit'>
   /** the names registered, to take them out at close */
   private readonly names: string[]
 
@@ -82,6 +83,12 @@ export class PluginMetrics {
       help: 'Writes of the batched usage counters that failed (they are retried)',
       registers
     })
+    this.limitedCalls = new prom.Counter({
+      name: 'data_endpoints_limited_total',
+      help: 'Calls of a verified key refused for one of its limits (requestsPerMinute, concurrentDownloads, bytesPerDay); no key in any label',
+      labelNames: ['limit'],
+      registers
+    })
     this.names = registry.getMetricsAsArray().map((m) => m.name).filter((name) => !before.has(name))
   }
 
@@ -103,6 +110,10 @@ export class PluginMetrics {
 
   downloadSent (format: string, bytes: number): void {
     this.downloadBytes.inc({ format }, bytes)
+  }
+
+  limited (limit: 'requestsPerMinute' | 'concurrentDownloads' | 'bytesPerDay'): void {
+    this.limitedCalls.inc({ limit })
   }
 
   flushFailed (): void {

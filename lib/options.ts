@@ -5,7 +5,7 @@ import type { DatasetSource } from './host/dataset-source.js'
 import type { JobSource } from './host/job-source.js'
 import type { KeyHasher } from './keys/key-hasher.js'
 import type { PipelineRunner } from './host/pipeline-runner.js'
-import type { Storage } from './storage/storage.js'
+import { NO_LIMITS, type KeyLimits, type Storage } from './storage/storage.js'
 import type { FailureThrottleOptions } from './keys/failure-throttle.js'
 import type { MetricsOptions } from './metrics.js'
 import type { TarSpoolOptions } from './formats/tar-spool.js'
@@ -69,6 +69,18 @@ export interface DataEndpointsOptions {
    * this long from now; default none
    */
   maxKeyLifetime?: number
+  /**
+   * the limits a new key gets when its creation names none (DESIGN.md §4.3):
+   * `{ requestsPerMinute?, concurrentDownloads?, bytesPerDay? }`, each a
+   * positive integer or null; default none
+   */
+  defaultKeyLimits?: Partial<KeyLimits>
+  /**
+   * how long a download slot stays held without renewal, in milliseconds: a
+   * running download renews it every third of this, and the slot of an
+   * instance that crashed is free again within it; default 30 s
+   */
+  downloadSlotLease?: number
   /**
    * the longest a download link may live, in milliseconds (DESIGN.md §4.2):
    * a link asks for `expiresIn` seconds, at most this; default 7 days
@@ -181,10 +193,13 @@ export const DEFAULTS = {
   parquetMaxWaiting: 64,
   parquetCompression: 'snappy',
   // directory: os.tmpdir() when the plugin registers
-  renderedFiles: { maxBytes: 1024 * 1024 * 1024 }
+  renderedFiles: { maxBytes: 1024 * 1024 * 1024 },
+  defaultKeyLimits: NO_LIMITS,
+  downloadSlotLease: 30_000
 } as const
 
-export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle' | 'maxKeyLifetime' | 'getActor' | 'tarSpool' | 'metrics' | 'renderedFiles'>> & {
+export type ResolvedOptions = Required<Omit<DataEndpointsOptions, 'baseUrl' | 'hasher' | 'failureThrottle' | 'maxKeyLifetime' | 'getActor' | 'tarSpool' | 'metrics' | 'renderedFiles' | 'defaultKeyLimits'>> & {
+  defaultKeyLimits: KeyLimits
   renderedFiles: RenderedFilesOptions
   metrics: MetricsOptions | undefined
   baseUrl: string | undefined
@@ -279,9 +294,27 @@ export function resolveOptions (options: Partial<DataEndpointsOptions>): Resolve
   if (o.parquetCompression === 'zstd' && !zstdAvailable()) {
     fail(`option "parquetCompression" "zstd" needs Node.js 22.15 or later (this is ${process.version}); use "snappy"`)
   }
+  o.defaultKeyLimits = resolveKeyLimits(options.defaultKeyLimits)
+  positiveInteger('downloadSlotLease', o.downloadSlotLease, 100, 60 * 60 * 1000)
   o.tarSpool = resolveTarSpool(options.tarSpool)
   o.renderedFiles = resolveRenderedFiles(options.renderedFiles)
   return o
+}
+
+const LIMIT_FIELDS = ['requestsPerMinute', 'concurrentDownloads', 'bytesPerDay'] as const
+
+function resolveKeyLimits (given: unknown): KeyLimits {
+  if (given === undefined) return NO_LIMITS
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    fail('option "defaultKeyLimits" must be an object { requestsPerMinute?, concurrentDownloads?, bytesPerDay? }')
+  }
+  const unknown = Object.keys(given).find((name) => !(LIMIT_FIELDS as readonly string[]).includes(name))
+  if (unknown !== undefined) fail(`option "defaultKeyLimits" has no field "${unknown}"`)
+  const limits = { ...NO_LIMITS, ...stripUndefined(given) } as KeyLimits
+  for (const name of LIMIT_FIELDS) {
+    if (limits[name] !== null) positiveInteger(`defaultKeyLimits.${name}`, limits[name])
+  }
+  return limits
 }
 
 function resolveRenderedFiles (given: unknown): RenderedFilesOptions {

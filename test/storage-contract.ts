@@ -29,7 +29,7 @@ export interface ContractOptions {
 }
 
 const AUDIT = { actor: 'contract' }
-const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'organization', 'prefix', 'project', 'purpose', 'updatedAt']
+const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'limits', 'organization', 'prefix', 'project', 'purpose', 'updatedAt']
 const ENDPOINT_FIELDS = ['calls', 'createdAt', 'id', 'keys', 'modelSequence', 'organization', 'project',
   'resourceSequence', 'type']
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
@@ -188,13 +188,13 @@ export async function storageContract (t: Test, name: string, open: () => Promis
 
       const err = await s.replaceKeySecret(p, k.id, { prefix: taken.prefix, hash: 'h2' }, AUDIT).catch((e: unknown) => e)
       t.ok(err instanceof PrefixTakenError, 'a prefix in use elsewhere: PrefixTakenError')
-      t.same((await s.findEndpointKey(l, k.prefix))?.key, { id: k.id, hash: k.hash, isActive: true, expiresAt: null }, 'the old secret stays')
+      t.same((await s.findEndpointKey(l, k.prefix))?.key, { id: k.id, hash: k.hash, isActive: true, expiresAt: null, limits: null, bytesToday: 0 }, 'the old secret stays')
 
       const prefix = randomAlphanumeric(10)
       const replaced = await s.replaceKeySecret(p, k.id, { prefix, hash: 'new-hash' }, AUDIT)
       t.match(replaced, { id: k.id, prefix, purpose: k.purpose, isActive: true, createdAt: k.createdAt })
       t.same(Object.keys(replaced ?? {}).sort(), KEY_FIELDS)
-      t.same((await s.findEndpointKey(l, prefix))?.key, { id: k.id, hash: 'new-hash', isActive: true, expiresAt: null },
+      t.same((await s.findEndpointKey(l, prefix))?.key, { id: k.id, hash: 'new-hash', isActive: true, expiresAt: null, limits: null, bytesToday: 0 },
         'the new prefix finds the key, still assigned, with the new hash')
       t.equal((await s.findEndpointKey(l, k.prefix))?.key, null, 'the old prefix finds nothing')
       t.same((await s.getEndpoint(l))?.keys.map((x) => x.prefix), [prefix], 'the endpoint shows the new prefix')
@@ -223,8 +223,8 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.ok(put.ok)
       const endpointId = put.ok ? put.endpoint.id : ''
       t.same(await s.findEndpointKey(l, null), { endpointId, key: null }, 'no prefix: the endpoint alone')
-      t.same(await s.findEndpointKey(l, assigned.prefix), { endpointId, key: { id: assigned.id, hash: assigned.hash, isActive: true, expiresAt: null } })
-      t.same(await s.findEndpointKey(l, inactive.prefix), { endpointId, key: { id: inactive.id, hash: inactive.hash, isActive: false, expiresAt: null } },
+      t.same(await s.findEndpointKey(l, assigned.prefix), { endpointId, key: { id: assigned.id, hash: assigned.hash, isActive: true, expiresAt: null, limits: null, bytesToday: 0 } })
+      t.same(await s.findEndpointKey(l, inactive.prefix), { endpointId, key: { id: inactive.id, hash: inactive.hash, isActive: false, expiresAt: null, limits: null, bytesToday: 0 } },
         'an inactive key is found, flagged')
       t.same(await s.findEndpointKey(l, unassigned.prefix), { endpointId, key: null }, 'a key of the project not assigned here')
       t.same(await s.findEndpointKey(l, elsewhere.prefix), { endpointId, key: null }, 'a key assigned to another endpoint')
@@ -900,6 +900,74 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal((await keyIn(s, p)).expiresAt, null, 'a key made without one never expires')
     })
 
+    t.test('limits: set at creation, patched one at a time, read by the lookup with the bytes of the day', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const plain = await s.createKey(newKey(p), AUDIT)
+      t.same(plain.limits, { requestsPerMinute: null, concurrentDownloads: null, bytesPerDay: null }, 'none given: none')
+      const k = await s.createKey({ ...newKey(p), limits: { requestsPerMinute: 60, concurrentDownloads: null, bytesPerDay: 2 ** 40 } }, AUDIT)
+      t.same((await s.getKey(p, k.id))?.limits, { requestsPerMinute: 60, concurrentDownloads: null, bytesPerDay: 2 ** 40 })
+      const patched = await s.updateKey(p, k.id, { limits: { concurrentDownloads: 2, bytesPerDay: null } }, AUDIT)
+      t.same(patched?.limits, { requestsPerMinute: 60, concurrentDownloads: 2, bytesPerDay: null }, 'the named ones change')
+      t.same((await s.updateKey(p, k.id, { purpose: 'x' }, AUDIT))?.limits, patched?.limits, 'a patch without limits leaves them')
+      const l = at(p)
+      await s.putEndpoint(l, [k.id, plain.id], AUDIT)
+      t.same((await s.findEndpointKey(l, k.prefix))?.key?.limits, { requestsPerMinute: 60, concurrentDownloads: 2, bytesPerDay: null })
+      t.equal((await s.findEndpointKey(l, plain.prefix))?.key?.limits, null, 'a key without limits: null')
+
+      await s.updateKey(p, k.id, { limits: { bytesPerDay: 1000 } }, AUDIT)
+      const endpointId = (await s.findEndpointKey(l, null))?.endpointId as string
+      const now = Date.now()
+      const hour = now - (now % 3_600_000)
+      await s.applyUsage(countsBatch([
+        { hour, endpointId, keyId: k.id, outcome: 'ok', count: 2, bytes: 300 },
+        { hour, endpointId, keyId: plain.id, outcome: 'ok', count: 1, bytes: 999 }
+      ]))
+      await s.applyUsage(countsBatch([{ hour, endpointId, keyId: k.id, outcome: 'ok', count: 0, bytes: 50 }]))
+      t.equal((await s.findEndpointKey(l, k.prefix))?.key?.bytesToday, 350, 'the key\'s bytes of the UTC day, a bytes-only bucket too')
+      t.equal((await s.findEndpointKey(l, plain.prefix))?.key?.bytesToday, 0, 'without a bytesPerDay limit nothing is read')
+      const rows = await s.queryUsage(p, { granularity: 'hour', from: new Date(hour), to: new Date(hour + 3_600_000), keyId: k.id, limit: 10 })
+      t.same(rows.map((r) => [r.count, r.bytes]), [[2, 350]], 'a bucket holds its count and bytes')
+    })
+
+    t.test('takeRequest: at most `limit` per window and key, then again from 1 in a later window', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k = await s.createKey(newKey(p), AUDIT)
+      const other = await s.createKey(newKey(p), AUDIT)
+      const w = 1_800_000_000_000
+      t.same([await s.takeRequest(k.id, w, 2), await s.takeRequest(k.id, w, 2), await s.takeRequest(k.id, w, 2)], [1, 2, null])
+      t.equal(await s.takeRequest(other.id, w, 2), 1, 'each key its own count')
+      t.equal(await s.takeRequest(k.id, w - 60_000, 2), null, 'an earlier window (a clock behind) counts in the later')
+      t.equal(await s.takeRequest(k.id, w + 60_000, 2), 1, 'a later window starts again')
+      t.equal(await s.takeRequest(k.id, w + 60_000, 5), 2, 'a raised limit admits more at once')
+      const many = await Promise.all(Array.from({ length: 20 }, async () => await s.takeRequest(k.id, w + 120_000, 7)))
+      t.equal(many.filter((n) => n !== null).length, 7, 'concurrent takes: exactly the limit')
+    })
+
+    t.test('download slots: claimed up to the limit, renewed, released, and free once their lease ends', async (t) => {
+      const s = await store(t)
+      const p = newProject()
+      const k = await s.createKey(newKey(p), AUDIT)
+      const now = Date.now()
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'a', now, now + 1000), 0)
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'b', now, now + 1000), 1)
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'c', now, now + 1000), null, 'all held')
+      t.equal(await s.claimDownloadSlot(k.id, 3, 'c', now, now + 1000), 2, 'a higher limit has room')
+      await s.releaseDownloadSlot({ keyId: k.id, slot: 0, leaseId: 'not-a' })
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'd', now, now + 1000), null, 'another lease cannot free it')
+      await s.releaseDownloadSlot({ keyId: k.id, slot: 0, leaseId: 'a' })
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'd', now, now + 1000), 0, 'released: free')
+      await s.renewDownloadSlots([{ keyId: k.id, slot: 1, leaseId: 'b' }], now + 5000)
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'e', now + 2000, now + 3000), 0, 'past its lease, slot 0 is free again')
+      t.equal(await s.claimDownloadSlot(k.id, 2, 'f', now + 2000, now + 3000), null, 'slot 1 was renewed')
+      const race = await Promise.all(Array.from({ length: 10 }, async (_, i) => await s.claimDownloadSlot(k.id, 4, `r${i}`, now + 9000, now + 10000)))
+      t.same(race.filter((n) => n !== null).sort(), [0, 1, 2, 3], 'concurrent claims: each slot once')
+      const other = await s.createKey(newKey(p), AUDIT)
+      t.equal(await s.claimDownloadSlot(other.id, Number.MAX_SAFE_INTEGER, 'huge', now, now + 1000), 0, 'a limit of 2^53 - 1 reads no more than the key holds')
+      t.equal(await s.claimDownloadSlot(other.id, Number.MAX_SAFE_INTEGER, 'huge2', now, now + 1000), 1)
+    })
+
     t.test('idempotency: claim, complete, replay, release', async (t) => {
       const s = await store(t)
       const endpoint = { endpointId: randomUUID(), keyId: randomUUID() }
@@ -1185,7 +1253,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.same(await b.findLinkUse(link.id), {
         revokedAt: null,
         keyPrefix: k.prefix,
-        key: { id: k.id, prefix: k.prefix, isActive: true, expiresAt: null },
+        key: { id: k.id, prefix: k.prefix, isActive: true, expiresAt: null, limits: null, bytesToday: 0 },
         assigned: true,
         endpoint: { id: endpoint.id, ...l }
       }, 'another instance reads the link, its key and its endpoint')
@@ -1223,7 +1291,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       const { endpoint } = await a.putEndpoint(l, [k.id, spare.id], AUDIT) as { endpoint: { id: string } }
       const link = await a.createLink(p, newLink(k, endpoint.id), AUDIT) as LinkRecord
       await a.updateKey(p, k.id, { isActive: false, expiresAt: new Date(Date.UTC(2040, 0, 1)) }, AUDIT)
-      t.same((await b.findLinkUse(link.id))?.key, { id: k.id, prefix: k.prefix, isActive: false, expiresAt: Date.UTC(2040, 0, 1) })
+      t.same((await b.findLinkUse(link.id))?.key, { id: k.id, prefix: k.prefix, isActive: false, expiresAt: Date.UTC(2040, 0, 1), limits: null, bytesToday: 0 })
       const prefix = randomAlphanumeric(10)
       await a.replaceKeySecret(p, k.id, { prefix, hash: 'h' }, AUDIT)
       const use = await b.findLinkUse(link.id)

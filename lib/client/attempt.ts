@@ -74,7 +74,8 @@ async function httpErrorOf (response: Response, url: string, now: number): Promi
     status: response.status,
     url,
     body,
-    retryAfterMs: response.status === 429 ? parseRetryAfter(response.headers.get('retry-after'), now) : undefined
+    retryAfterMs: response.status === 429 ? parseRetryAfter(response.headers.get('retry-after'), now) : undefined,
+    now
   })
 }
 

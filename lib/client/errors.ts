@@ -25,11 +25,18 @@ export class HttpError extends DataEndpointsError {
   readonly body: Readonly<Record<string, unknown>> | undefined
   /** what `Retry-After` asked for, in milliseconds */
   readonly retryAfterMs: number | undefined
+  /**
+   * when `Retry-After` says to try again: a 429 whose wait is longer than
+   * the client's `maxRetryAfter` (a key's daily quota) is thrown at once,
+   * and this tells the caller when the server will take the call again
+   */
+  readonly retryAt: Date | undefined
 
-  constructor (message: string, options: { status: number, url: string, body?: Record<string, unknown>, retryAfterMs?: number }) {
+  constructor (message: string, options: { status: number, url: string, body?: Record<string, unknown>, retryAfterMs?: number, now?: number }) {
     super(message, options)
     this.body = options.body
     this.retryAfterMs = options.retryAfterMs
+    this.retryAt = options.retryAfterMs === undefined ? undefined : new Date((options.now ?? Date.now()) + options.retryAfterMs)
   }
 }
 

@@ -4,8 +4,10 @@ import { HttpError, NetworkError } from './errors.js'
 // The retry policy of SPEC.md §7.4: retry 500 and network time-outs after
 // 1, 2, 4, 8 and 16 s (five retries at most, six attempts), never anything else.
 // Beyond the spec, a 429 is retried after its Retry-After: the server sends it
-// before any work starts (too many failed or pending key checks), so waiting
-// as told is safe and is what the server asks for.
+// before any work starts (too many failed or pending key checks, a key over
+// one of its limits), so waiting as told is safe and is what the server asks
+// for. A longer wait than maxRetryAfter (a daily quota) is not waited: the
+// 429 is thrown at once, its `retryAt` saying when to come back.
 
 export const DEFAULT_RETRY_DELAYS: readonly number[] = [1000, 2000, 4000, 8000, 16_000]
 /** a Retry-After longer than this is not waited for: the 429 is thrown instead */

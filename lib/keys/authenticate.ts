@@ -6,9 +6,10 @@ import {
   DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError, withDetails
 } from '../errors.js'
-import type { EndpointLocator, Storage } from '../storage/storage.js'
+import type { EndpointLocator, KeyLimits, Storage } from '../storage/storage.js'
 import type { UsageRecorder } from '../storage/usage-recorder.js'
 import type { KeyVerifier } from './key-verifier.js'
+import type { KeyLimiter } from './key-limits.js'
 
 export interface DataRouteParams {
   organization: string
@@ -79,7 +80,8 @@ export function isLoopback (ip: string): boolean {
 }
 
 /**
- * The key hook of the data routes (DESIGN.md §2 steps 1-6), run in
+ * The key hook of the data routes (DESIGN.md §2 steps 1-6, and the key's
+ * limits of §4.3 between 5 and 6), run in
  * `onRequest` so that an unauthenticated body is never read. Each refusal
  * throws a catalogue error; the context's error handler writes `{ message }`.
  */
@@ -90,6 +92,7 @@ export interface KeyCheckParts {
   usage: UsageRecorder
   /** null when the failure throttle is off */
   throttle: FailureThrottle | null
+  limiter: KeyLimiter
   requireHttps: boolean
 }
 
@@ -99,6 +102,10 @@ export interface KnownKey {
   isActive: boolean
   /** ms since the epoch; null: never */
   expiresAt: number | null
+  /** its limits (DESIGN.md §4.3); null or absent: none */
+  limits?: KeyLimits | null
+  /** with a bytesPerDay limit: the key's bytes of the UTC day as stored */
+  bytesToday?: number
 }
 
 /**
@@ -109,13 +116,18 @@ export interface KnownKey {
  * belongs between steps 5 and 6 (per-key limits, DESIGN.md §4.3) goes in
  * `admit`, so that it applies to links too.
  */
-export function keyChecks ({ usage, throttle }: Pick<KeyCheckParts, 'usage' | 'throttle'>) {
+export function keyChecks ({ usage, throttle, limiter }: Pick<KeyCheckParts, 'usage' | 'throttle' | 'limiter'>) {
   function refuse (client: string, error: Error): never {
     throttle?.recordFailure(client)
     throw error
   }
 
-  function admit (client: string, endpointId: string, key: KnownKey): void {
+  /**
+   * `download`: a dataset GET (it holds a download slot and counts its bytes).
+   * Answers a promise only when the key has limits to check: a key without
+   * any has nothing to wait for.
+   */
+  function admit (client: string, endpointId: string, key: KnownKey, reply: FastifyReply, download: boolean): Promise<void> | undefined {
     // An expired key is inactive too; the clock is read on every request,
     // so a memoised comparison never outlives the expiry.
     if (!key.isActive) {
@@ -126,7 +138,13 @@ export function keyChecks ({ usage, throttle }: Pick<KeyCheckParts, 'usage' | 't
       usage.recordRefusal(endpointId, key.id, 'expired')
       refuse(client, new ExpiredKeyError())
     }
-    usage.record(endpointId, key.id)
+    // The key's limits (DESIGN.md §4.3): a refusal there is no call of the key.
+    const admitting = limiter.admit(reply, { endpointId, keyId: key.id, limits: key.limits ?? null, bytesToday: key.bytesToday ?? 0 }, download)
+    if (admitting === undefined) {
+      usage.record(endpointId, key.id)
+      return undefined
+    }
+    return admitting.then(() => { usage.record(endpointId, key.id) })
   }
 
   return { refuse, admit }
@@ -135,8 +153,8 @@ export function keyChecks ({ usage, throttle }: Pick<KeyCheckParts, 'usage' | 't
 /** Which route a key hook guards: the data route itself, or the minting of a dataset's links (POST only). */
 export type KeyedRoute = 'data' | 'links'
 
-export function authenticateHook ({ storage, verifier, usage, throttle, requireHttps }: KeyCheckParts, route: KeyedRoute = 'data') {
-  const { admit } = keyChecks({ usage, throttle })
+export function authenticateHook ({ storage, verifier, usage, throttle, limiter, requireHttps }: KeyCheckParts, route: KeyedRoute = 'data') {
+  const { admit } = keyChecks({ usage, throttle, limiter })
 
   function refuse (client: string, error: Error): never {
     throttle?.recordFailure(client)
@@ -250,7 +268,10 @@ export function authenticateHook ({ storage, verifier, usage, throttle, requireH
         refuse(client, new UnknownKeyError())
       }
       // The secret matched, so saying "disabled" reveals nothing to a guesser.
-      admit(client, endpointId, key)
+      // A download is a dataset GET (minting its links is none).
+      const download = route === 'data' && locator.type === 'dataset' && request.method === 'GET'
+      const admitting = admit(client, endpointId, key, reply, download)
+      if (admitting !== undefined) await admitting
       request.dataEndpointCall = { locator, endpointId, keyId: key.id, keyPrefix: prefix, keyExpiresAt: key.expiresAt }
     } finally {
       if (admitted) throttle?.settle(client)

@@ -5,6 +5,8 @@ import type { RenderedFiles } from '../downloads/rendered-files.js'
 import type { IdempotencyReleaser } from './idempotency-releaser.js'
 import type { KeyHasher } from '../keys/key-hasher.js'
 import type { KeyVerifier } from '../keys/key-verifier.js'
+import type { KeyLimiter } from '../keys/key-limits.js'
+import type { DownloadSlots } from '../keys/download-slots.js'
 import type { LinkSigner } from '../keys/link-tokens.js'
 import type { PluginMetrics } from '../metrics.js'
 import type { RenderedBodies } from '../downloads/rendered-bodies.js'
@@ -25,6 +27,10 @@ export interface PluginContext {
   housekeeping: Housekeeping
   idempotencyReleaser: IdempotencyReleaser
   throttle: FailureThrottle | null
+  /** the check of a verified key's limits (DESIGN.md §4.3), for every route that counts a key's calls */
+  limiter: KeyLimiter
+  /** the download slots this instance holds */
+  downloadSlots: DownloadSlots
   /** null when the host passed no registry */
   metrics: PluginMetrics | null
   /** the tar downloads' spool: its disk budget and folder */

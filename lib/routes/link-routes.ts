@@ -131,7 +131,9 @@ export async function linkRoutes (app: FastifyInstance, { ctx, download, baseUrl
     request.dataEndpointKeyPrefix = use.keyPrefix
     // Regenerated (another prefix), or no longer assigned here.
     if (key.id !== claims.keyId || key.prefix !== use.keyPrefix || !use.assigned) refuse(client, new UnknownKeyError())
-    checks.admit(client, endpoint.id, key)
+    // The key's limits, read with the link (DESIGN.md §4.3): a use is a call of the key.
+    const admitting = checks.admit(client, endpoint.id, key, reply, request.method === 'GET')
+    if (admitting !== undefined) await admitting
     const call: AuthenticatedCall = { locator: endpoint, endpointId: endpoint.id, keyId: key.id, keyPrefix: key.prefix, keyExpiresAt: key.expiresAt }
     request.dataEndpointCall = call
 

@@ -10,7 +10,7 @@ import { endpointPath } from '../storage/endpoint-path.js'
 import { sendError } from './error-reply.js'
 import { strictValidatorCompiler } from './validator-compiler.js'
 import { EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, readTimestamp } from '../inputs.js'
-import { usageAnswerPieces } from './usage-answer.js'
+import { usageAnswerWithTurns } from './usage-answer.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, InternalServerError, KeyNotFoundError,
   LinkNotFoundError, ManagementNotAuthorizedError, PipelineNotFoundError
@@ -24,7 +24,7 @@ import {
   type ApiKeyBody, type EndpointBody, type ResourceItem
 } from './schemas.js'
 import { bucketStart, DAY_MS, HOUR_MS } from '../storage/usage-buckets.js'
-import { PrefixTakenError, type LinkRecord, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
+import { NO_LIMITS, PrefixTakenError, type LinkRecord, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
 import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage } from '../storage/storage.js'
 import { foldSearch } from '../storage/list-cursor.js'
 import { hostOf } from './data-routes.js'
@@ -43,7 +43,8 @@ function keyBody (k: ApiKeyRecord): ApiKeyBody {
     isActive: k.isActive,
     createdAt: k.createdAt.toISOString(),
     updatedAt: k.updatedAt === null ? null : k.updatedAt.toISOString(),
-    expiresAt: k.expiresAt === null ? null : k.expiresAt.toISOString()
+    expiresAt: k.expiresAt === null ? null : k.expiresAt.toISOString(),
+    limits: { ...k.limits }
   }
 }
 
@@ -317,9 +318,11 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     const audit = await auditOf(request)
     const now = Date.now()
     const expiresAt = requestedExpiry(request.body.expiresAt, now) ?? latestExpiry(now) ?? null
+    // A creation that names no limits takes defaultKeyLimits; one that names some, those only.
+    const limits = request.body.limits === undefined ? options.defaultKeyLimits : { ...NO_LIMITS, ...request.body.limits }
     let answer: string | undefined
     await withUniquePrefix((s) =>
-      storage.createKey({ organization, project, prefix: s.prefix, hash: s.hash, purpose, isActive, expiresAt }, audit,
+      storage.createKey({ organization, project, prefix: s.prefix, hash: s.hash, purpose, isActive, expiresAt, limits }, audit,
         (record) => { answer = answerText(reply, 201, ApiKeyWithValue, { ...keyBody(record), key: s.value }) }))
     return sendAnswer(reply, answer)
   })
@@ -394,9 +397,10 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     if (storage.countUsage !== undefined && await storage.countUsage(request.params, query) > limit) throw overCap()
     const rows = await storage.queryUsage(request.params, query)
     if (rows.length > limit) throw overCap()
-    // The schema documents the answer; usageAnswerPieces writes its text,
-    // streamed a piece at a time (Fastify pipes it, with backpressure).
-    const body: unknown = Readable.from(usageAnswerPieces(granularity, rows), { objectMode: false })
+    // The schema documents the answer; usageAnswerPieces writes its bytes,
+    // streamed a piece at a time (Fastify pipes it, with backpressure), with
+    // turns of the event loop between them.
+    const body: unknown = Readable.from(usageAnswerWithTurns(granularity, rows), { objectMode: false })
     return reply.type('application/json; charset=utf-8').send(body as Static<typeof UsageAnswer>)
   })
 

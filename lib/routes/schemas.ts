@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox'
 import {
-  IdempotencyInProgressError, ParquetEncodersBusyError, SUPPORTED_FORMATS as FORMAT_LIST, TarSpoolFullError, TooManyFailuresError,
+  IdempotencyInProgressError, ParquetEncodersBusyError, SUPPORTED_FORMATS as FORMAT_LIST, TarSpoolFullError, TooManyFailuresError, RateLimitedError, TooManyDownloadsError, DailyQuotaError,
   VerificationBusyError
 } from '../errors.js'
 import { FORMAT_NAMES } from '../formats/types.js'
@@ -123,16 +123,46 @@ const ExpiresAt = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]
   description: 'ISO 8601 date-time with an offset (e.g. `2027-01-01T00:00:00Z`), in the future; null: never'
 })
 
+// A key's limit (DESIGN.md §4.3): a JSON integer from 1, or null for none.
+const Limit = (description: string) => Type.Union([Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }), Type.Null()], { description })
+const LIMIT_DESCRIPTIONS = {
+  requestsPerMinute: 'calls of the key in each UTC minute, across instances; beyond, 429 `Rate limit exceeded`',
+  concurrentDownloads: 'dataset downloads of the key streaming at once, across instances; beyond, 429 `Too many concurrent downloads`',
+  bytesPerDay: 'bytes the key\'s downloads may send in a UTC day: a download starts while the day\'s bytes are below it; ' +
+    'beyond, 429 `Daily download quota exceeded`'
+}
+
+/** Limits as a body gives them: the ones named are set (null: none), the others stay (PATCH) or are none (creation). */
+const LimitsInput = Type.Object({
+  requestsPerMinute: Type.Optional(Limit(LIMIT_DESCRIPTIONS.requestsPerMinute)),
+  concurrentDownloads: Type.Optional(Limit(LIMIT_DESCRIPTIONS.concurrentDownloads)),
+  bytesPerDay: Type.Optional(Limit(LIMIT_DESCRIPTIONS.bytesPerDay))
+}, { additionalProperties: false, description: 'each a positive integer, or null for none' })
+
+export const KeyLimitsSchema = Type.Object({
+  requestsPerMinute: Limit(LIMIT_DESCRIPTIONS.requestsPerMinute),
+  concurrentDownloads: Limit(LIMIT_DESCRIPTIONS.concurrentDownloads),
+  bytesPerDay: Limit(LIMIT_DESCRIPTIONS.bytesPerDay)
+}, { description: 'the key\'s limits (null: none)' })
+
 export const CreateKeyBody = Type.Object({
   purpose: Purpose,
   isActive: Type.Optional(Type.Boolean()),
-  expiresAt: Type.Optional(ExpiresAt)
+  expiresAt: Type.Optional(ExpiresAt),
+  limits: Type.Optional(Type.Object(LimitsInput.properties, {
+    additionalProperties: false,
+    description: 'the key\'s limits, each a positive integer or null; absent: the plugin\'s `defaultKeyLimits`; a limit not named: none'
+  }))
 }, { additionalProperties: false })
 
 export const UpdateKeyBody = Type.Object({
   purpose: Type.Optional(Purpose),
   isActive: Type.Optional(Type.Boolean()),
-  expiresAt: Type.Optional(ExpiresAt)
+  expiresAt: Type.Optional(ExpiresAt),
+  limits: Type.Optional(Type.Object(LimitsInput.properties, {
+    additionalProperties: false,
+    description: 'the limits named change (null removes one); the others stay'
+  }))
 }, { additionalProperties: false })
 
 export const PutEndpointBody = Type.Object({
@@ -148,7 +178,8 @@ export const ApiKey = Type.Object({
   updatedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
   expiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
     description: 'from this time on the key is inactive; null: never'
-  })
+  }),
+  limits: KeyLimitsSchema
 })
 
 export const ApiKeyWithValue = Type.Object({
@@ -189,7 +220,8 @@ export const UsageQuerystring = Type.Object({
 
 export const UsageOutcomeSchema = Type.Enum(USAGE_OUTCOMES, {
   description: '`ok`; `unknown_key`: a wrong secret on a prefix assigned to the endpoint (a guess at that key); ' +
-    '`disabled`; `expired`; with no key: `no_key` (none sent), `unknown_prefix` (malformed, or no key of this endpoint)'
+    '`disabled`; `expired`; `rate_limited`: refused for one of the key\'s limits; ' +
+    'with no key: `no_key` (none sent), `unknown_prefix` (malformed, or no key of this endpoint)'
 })
 
 export const UsageAnswer = Type.Object({
@@ -199,7 +231,8 @@ export const UsageAnswer = Type.Object({
     endpointId: Type.String(),
     keyId: Type.Union([Type.String(), Type.Null()]),
     outcome: UsageOutcomeSchema,
-    count: Type.Integer({ minimum: 1 })
+    count: Type.Integer({ minimum: 0, description: 'requests; 0 in a bucket that holds only bytes of a download that began in an earlier hour' }),
+    bytes: Type.Integer({ minimum: 0, description: 'bytes the downloads of the bucket sent (outcome ok), counted as they go' })
   }))
 })
 
@@ -308,11 +341,19 @@ const WrongMethod = Type.Object({ message: Type.String() }, {
   description: '`Endpoint or method not allowed`: GET on a pipeline, POST on a dataset, or another method',
   headers: AllowHeader
 })
-const TooMany = Type.Object({ message: Type.String() }, {
-  description: `${quoted(TooManyFailuresError)} (too many failed authentications from this address) or ` +
-    `${quoted(VerificationBusyError)} (too many key verifications waiting)`,
-  headers: RetryAfterHeader
+// The RateLimit fields of draft-ietf-httpapi-ratelimit-headers-11, on every answer to a key with a request limit.
+const RateLimitHeaders = {
+  'ratelimit-policy': Type.String({ description: '`"minute";q=<requestsPerMinute>;w=60`: only for a key with a `requestsPerMinute` limit' }),
+  ratelimit: Type.String({ description: '`"minute";r=<calls left this UTC minute>;t=<seconds until it ends>`: only for a key with a `requestsPerMinute` limit' })
+}
+const LIMIT_REFUSALS = `${quoted(RateLimitedError)} (the key's requestsPerMinute), ${quoted(TooManyDownloadsError)} (its concurrentDownloads; ` +
+  `Retry-After: 1) or ${quoted(DailyQuotaError)} (its bytesPerDay; Retry-After: until the next UTC day)`
+const tooMany = (limits: string): ReturnType<typeof Type.Object> => Type.Object({ message: Type.String() }, {
+  description: `${quoted(TooManyFailuresError)} (too many failed authentications from this address), ` +
+    `${quoted(VerificationBusyError)} (too many key verifications waiting), or ${limits}`,
+  headers: { ...RetryAfterHeader, ...RateLimitHeaders }
 })
+const TooMany = tooMany(LIMIT_REFUSALS)
 
 export const DatasetHeaders = Type.Object({
   'if-none-match': Type.Optional(Type.String({
@@ -350,7 +391,8 @@ export const DatasetResponses = {
       ...EtagHeaders,
       ...ChangesUntilHeader,
       'content-encoding': Type.String({ description: '`br` or `gzip` when Accept-Encoding asked for it and the body is text or tar, over 1 KiB' }),
-      vary: Type.String({ description: '`accept-encoding`' })
+      vary: Type.String({ description: '`accept-encoding`' }),
+      ...RateLimitHeaders
     },
     content: {
       'application/sql': { schema: Type.String({ description: 'format=sql: a script that creates the tables and inserts the rows in one transaction' }) },
@@ -413,6 +455,7 @@ export const JobReference = Type.Object({
 }, {
   description: 'the job reference of the run this call started, or with `Idempotent-Replayed: true` the first call\'s, replayed',
   headers: {
+    ...RateLimitHeaders,
     'idempotent-replayed': Type.Enum(['true'], {
       type: 'string',
       description: '`true` when the body replays the first call with this `Idempotency-Key` (nothing started); absent otherwise'
@@ -429,7 +472,7 @@ export const PipelineResponses = {
   405: WrongMethod,
   409: errorBody(`${quoted(IdempotencyInProgressError)}: another call with this key had not stored its answer after this one ` +
     'waited 10 s for it: it is still starting its run, or was cut off after claiming the key (held until `idempotencyTtl`)'),
-  429: TooMany,
+  429: tooMany(`${quoted(RateLimitedError)} (the key's requestsPerMinute)`),
   500: errorBody('the server\'s message; check the job status before retrying')
 }
 

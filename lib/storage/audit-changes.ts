@@ -1,18 +1,29 @@
-import type { ApiKeyRecord, AuditChange, LinkRecord } from './storage.js'
+import { hasLimits, type ApiKeyRecord, type AuditChange, type LinkRecord } from './storage.js'
 
 // What an audit entry says changed (DESIGN.md §4.1): the fields that differ,
 // each old and new, never a key value or hash. Shared by the adapters, which
 // write the entry in the transaction of the change.
 
-const KEY_FIELDS = ['purpose', 'isActive', 'expiresAt'] as const
+const KEY_FIELDS = ['purpose', 'isActive', 'expiresAt', 'limits'] as const
+
+type LimitsField = ApiKeyRecord['limits'] | null
 
 /** A key's audited fields as JSON values; all null for no key (before a creation, after a deletion). */
-function keyFields (key: ApiKeyRecord | null): Record<typeof KEY_FIELDS[number], string | boolean | null> {
+function keyFields (key: ApiKeyRecord | null): Record<typeof KEY_FIELDS[number], string | boolean | LimitsField> {
   return {
     purpose: key?.purpose ?? null,
     isActive: key?.isActive ?? null,
-    expiresAt: key?.expiresAt?.toISOString() ?? null
+    expiresAt: key?.expiresAt?.toISOString() ?? null,
+    // The three limits as one field: an entry shows the whole of them before
+    // and after; null for a key with none, as for no key.
+    limits: key === null || !hasLimits(key.limits) ? null : { ...key.limits }
   }
+}
+
+function same (a: unknown, b: unknown): boolean {
+  return typeof a === 'object' && a !== null && typeof b === 'object' && b !== null
+    ? JSON.stringify(a) === JSON.stringify(b)
+    : a === b
 }
 
 /** The key fields that differ between `before` and `after` (either may be null: created, deleted). */
@@ -21,7 +32,7 @@ export function keyChanges (before: ApiKeyRecord | null, after: ApiKeyRecord | n
   const to = keyFields(after)
   const changes: Record<string, AuditChange> = {}
   for (const field of KEY_FIELDS) {
-    if (from[field] !== to[field]) changes[field] = { from: from[field], to: to[field] }
+    if (!same(from[field], to[field])) changes[field] = { from: from[field], to: to[field] }
   }
   return changes
 }

@@ -67,6 +67,59 @@ CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE
       }
     }]
   },
+  {
+    why: 'Per-key limits (issue 26, DESIGN.md §4.3): three nullable limits on the key, read with it on every lookup; ' +
+      'each key\'s count in its current minute (one row per key); its download slots, each held by a lease that ' +
+      'its instance renews, so that a crashed instance\'s slot frees itself; and the bytes each usage bucket\'s downloads sent',
+    steps: [
+      { addColumn: { table: 'api_keys', column: { name: 'requests_per_minute', type: 'integer', nullable: true } } },
+      { addColumn: { table: 'api_keys', column: { name: 'concurrent_downloads', type: 'integer', nullable: true } } },
+      { addColumn: { table: 'api_keys', column: { name: 'bytes_per_day', type: 'integer', nullable: true } } },
+      {
+        createTable: {
+          name: 'key_request_windows',
+          columns: [
+            { name: 'key_id', type: 'text', references: { table: 'api_keys', column: 'id', onDelete: 'cascade' } },
+            // ms since the epoch, the plugin's clock: the minute counted
+            { name: 'window_start', type: 'integer' },
+            { name: 'count', type: 'integer' }
+          ],
+          primaryKey: ['key_id']
+        }
+      },
+      {
+        createTable: {
+          name: 'download_slots',
+          columns: [
+            { name: 'key_id', type: 'text', references: { table: 'api_keys', column: 'id', onDelete: 'cascade' } },
+            { name: 'slot', type: 'integer' },
+            { name: 'lease_id', type: 'text' },
+            // ms since the epoch: past it the slot is free
+            { name: 'expires_at', type: 'integer' }
+          ],
+          primaryKey: ['key_id', 'slot']
+        }
+      },
+      // Rows already there sent nothing that was counted: 0, not NULL.
+      {
+        sql: {
+          // The key indexes hold every column a usage query reads (issue 15's migration): bytes too.
+          sqlite: `ALTER TABLE usage_hourly ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+DROP INDEX usage_hourly_key;
+CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start, outcome, count, bytes);
+DROP INDEX usage_daily_key;
+CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start, outcome, count, bytes);`,
+          pg: `ALTER TABLE usage_hourly ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+DROP INDEX usage_hourly_key;
+CREATE INDEX usage_hourly_key ON usage_hourly (key_id, endpoint_id, start) INCLUDE (outcome, count, bytes);
+DROP INDEX usage_daily_key;
+CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE (outcome, count, bytes);`
+        }
+      }
+    ]
+  },
   // (Issue 24 takes the 10th entry; the 8th and 9th are issues 25 and 26's.
   // Whichever lands later keeps that order when merging.)
   {

@@ -9,6 +9,7 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
+  NO_LIMITS, type DownloadSlot, type KeyLimits,
   type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
@@ -188,7 +189,14 @@ interface Lookup { locator: EndpointLocator, prefix: string | null }
 // The key's columns a lookup reads (k: the key, null when the prefix names
 // no key of the endpoint). Its expiry as epoch milliseconds: no Date parsed
 // per request.
-const LOOKUP_KEY_COLUMNS = 'k.id AS key_id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8 AS expires_ms'
+// The limits ride on the lookup (DESIGN.md §4.3); a key with a bytesPerDay
+// limit reads its bytes of the UTC day too, a key without one nothing more.
+const LOOKUP_KEY_COLUMNS = 'k.id AS key_id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8 AS expires_ms, ' +
+  'k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day'
+/** The key's bytes of the UTC day, in the schema's usage_daily (a column of the lookup). */
+const lookupBytesToday = (usageDaily: string): string =>
+  `CASE WHEN k.bytes_per_day IS NOT NULL THEN (SELECT COALESCE(sum(u.bytes), 0) FROM ${usageDaily} u
+     WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END AS bytes_today`
 
 interface LookupRow {
   i: string
@@ -197,14 +205,36 @@ interface LookupRow {
   hash: string | null
   is_active: boolean | null
   expires_ms: number | null
+  requests_per_minute: string | null
+  concurrent_downloads: string | null
+  bytes_per_day: string | null
+  bytes_today: string | null
+}
+
+/** A key's limits from its three columns (bigint text): null when it has none. */
+function limitsOf (row: { requests_per_minute: string | null, concurrent_downloads: string | null, bytes_per_day: string | null }): KeyLimits | null {
+  return row.requests_per_minute === null && row.concurrent_downloads === null && row.bytes_per_day === null
+    ? null
+    : {
+        requestsPerMinute: integerOrNull(row.requests_per_minute),
+        concurrentDownloads: integerOrNull(row.concurrent_downloads),
+        bytesPerDay: integerOrNull(row.bytes_per_day)
+      }
 }
 
 function toLookup (row: LookupRow): EndpointKeyLookup {
+  if (row.key_id === null) return { endpointId: row.endpoint_id, key: null }
+  const limits = limitsOf(row)
   return {
     endpointId: row.endpoint_id,
-    key: row.key_id === null
-      ? null
-      : { id: row.key_id, hash: row.hash as string, isActive: row.is_active as boolean, expiresAt: row.expires_ms }
+    key: {
+      id: row.key_id,
+      hash: row.hash as string,
+      isActive: row.is_active as boolean,
+      expiresAt: row.expires_ms,
+      limits,
+      bytesToday: Number(row.bytes_today ?? 0)
+    }
   }
 }
 
@@ -218,6 +248,14 @@ interface KeyRow {
   created_at: Date
   updated_at: Date | null
   expires_at: Date | null
+  requests_per_minute: string | null
+  concurrent_downloads: string | null
+  bytes_per_day: string | null
+}
+
+/** A bigint column (text, from pg) as a number; every value here stays below 2^53. */
+function integerOrNull (value: string | null): number | null {
+  return value === null ? null : Number(value)
 }
 
 interface EndpointRow {
@@ -242,7 +280,12 @@ function toKey (row: KeyRow): ApiKeyRecord {
     isActive: row.is_active,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
-    expiresAt: row.expires_at
+    expiresAt: row.expires_at,
+    limits: {
+      requestsPerMinute: integerOrNull(row.requests_per_minute),
+      concurrentDownloads: integerOrNull(row.concurrent_downloads),
+      bytesPerDay: integerOrNull(row.bytes_per_day)
+    }
   }
 }
 
@@ -254,7 +297,8 @@ function countColumns (counts: UsageCount[]): unknown[] {
     sorted.map((c) => new Date(c.hour).toISOString()),
     sorted.map((c) => c.keyId ?? ''),
     sorted.map((c) => c.outcome),
-    sorted.map((c) => c.count)
+    sorted.map((c) => c.count),
+    sorted.map((c) => c.bytes ?? 0)
   ]
 }
 
@@ -272,6 +316,13 @@ function toEndpoint (row: EndpointRow): EndpointRecord {
     keys: row.keys,
     createdAt: row.created_at
   }
+}
+
+/** Tries of claimDownloadSlot when other instances take the free slot it found first. */
+const CLAIM_ATTEMPTS = 5
+
+function limitColumns (l: KeyLimits): [number | null, number | null, number | null] {
+  return [l.requestsPerMinute, l.concurrentDownloads, l.bytesPerDay]
 }
 
 function locatorParams (l: EndpointLocator): [string, string, number, string, number] {
@@ -295,6 +346,10 @@ interface LinkUseRow {
   type: ResourceType | null
   resource_sequence: string | null
   assigned: boolean
+  requests_per_minute: string | null
+  concurrent_downloads: string | null
+  bytes_per_day: string | null
+  bytes_today: string | null
 }
 
 function toLink (row: Record<string, unknown>): LinkRecord {
@@ -381,15 +436,17 @@ export class PgStorage implements Storage {
     this.pool.on('error', () => {})
 
     const t = (table: string): string => `"${this.schema}".${table}`
-    const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at'
+    const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at, ' +
+      'requests_per_minute, concurrent_downloads, bytes_per_day'
     // A count for an endpoint deleted since the request is dropped, as its calls are.
     const addUsage = (table: string): string =>
-      `INSERT INTO ${t(table)} AS u (endpoint_id, start, key_id, outcome, count)
-       SELECT v.endpoint_id, v.start, v.key_id, v.outcome, v.count
-         FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[]) AS v (endpoint_id, start, key_id, outcome, count)
+      `INSERT INTO ${t(table)} AS u (endpoint_id, start, key_id, outcome, count, bytes)
+       SELECT v.endpoint_id, v.start, v.key_id, v.outcome, v.count, v.bytes
+         FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
+              AS v (endpoint_id, start, key_id, outcome, count, bytes)
          JOIN ${t('endpoints')} e ON e.id = v.endpoint_id
-        WHERE v.count > 0
-       ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = u.count + EXCLUDED.count`
+        WHERE v.count > 0 OR v.bytes > 0
+       ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = u.count + EXCLUDED.count, bytes = u.bytes + EXCLUDED.bytes`
     // $1, $2: the project; $3: an endpoint id or null; [$4, $5): the range; $6: a key id or null.
     const usageFrom = (table: string): string =>
       `FROM ${t('endpoints')} e JOIN ${t(table)} u ON u.endpoint_id = e.id
@@ -404,14 +461,14 @@ export class PgStorage implements Storage {
     // (the counts add up to less than $7), one read answers the query.
     const usageSeries = (table: string): string =>
       `SELECT endpoint_id, key_id, outcome, count(*)::int AS n,
-              string_agg(date_part('epoch', start)::bigint || ':' || count, ',') AS points
-         FROM (SELECT u.endpoint_id, u.key_id, u.outcome, u.start, u.count ${usageFrom(table)} LIMIT $7) u
+              string_agg(date_part('epoch', start)::bigint || ':' || count || ':' || bytes, ',') AS points
+         FROM (SELECT u.endpoint_id, u.key_id, u.outcome, u.start, u.count, u.bytes ${usageFrom(table)} LIMIT $7) u
         GROUP BY endpoint_id, key_id, outcome`
     // The first $7 buckets in order, for a range that holds more than that.
     const usageOrdered = (table: string): string =>
       // The start as epoch milliseconds: the driver would parse every row's
       // timestamptz text into a Date of its own, the most of a long answer's time.
-      `SELECT (extract(epoch FROM u.start) * 1000)::float8 AS start_ms, u.endpoint_id, u.key_id, u.outcome, u.count
+      `SELECT (extract(epoch FROM u.start) * 1000)::float8 AS start_ms, u.endpoint_id, u.key_id, u.outcome, u.count, u.bytes
          ${usageFrom(table)}
         ORDER BY u.start, u.endpoint_id COLLATE "C", u.key_id COLLATE "C", u.outcome COLLATE "C"
         LIMIT $7`
@@ -429,7 +486,7 @@ export class PgStorage implements Storage {
       // the lookups' columns, each answer row carries its lookup's number `i`
       // (1-based). The key is joined only through its assignment to the
       // endpoint. A column the check needs goes in LOOKUP_KEY_COLUMNS.
-      lookup: `SELECT l.i, e.id AS endpoint_id, ${LOOKUP_KEY_COLUMNS}
+      lookup: `SELECT l.i, e.id AS endpoint_id, ${LOOKUP_KEY_COLUMNS}, ${lookupBytesToday(t('usage_daily'))}
                  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[])
                       WITH ORDINALITY AS l (organization, project, model_sequence, type, resource_sequence, prefix, i)
                  JOIN ${t('endpoints')} e ON e.organization = l.organization AND e.project = l.project
@@ -453,8 +510,39 @@ export class PgStorage implements Storage {
                    SELECT (SELECT count(*) FROM h) + (SELECT count(*) FROM d) AS n`,
       listKeys: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 ORDER BY created_at, id`,
       getKey: `SELECT ${keyColumns} FROM ${t('api_keys')} WHERE organization = $1 AND project = $2 AND id = $3`,
-      insertKey: `INSERT INTO ${t('api_keys')} (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at)
-                  VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8) RETURNING ${keyColumns}`,
+      insertKey: `INSERT INTO ${t('api_keys')} (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at,
+                                                requests_per_minute, concurrent_downloads, bytes_per_day)
+                  VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8, $9, $10, $11) RETURNING ${keyColumns}`,
+      setLimits: `UPDATE ${t('api_keys')} SET requests_per_minute = $4, concurrent_downloads = $5, bytes_per_day = $6
+                   WHERE organization = $1 AND project = $2 AND id = $3 RETURNING ${keyColumns}`,
+      // One row per key: a later minute starts again at 1; a full one refuses (no row back).
+      takeRequest: `INSERT INTO ${t('key_request_windows')} AS w (key_id, window_start, count) VALUES ($1, $2, 1)
+                    ON CONFLICT (key_id) DO UPDATE
+                      SET count = CASE WHEN w.window_start < EXCLUDED.window_start THEN 1 ELSE w.count + 1 END,
+                          window_start = GREATEST(w.window_start, EXCLUDED.window_start)
+                    WHERE w.window_start < EXCLUDED.window_start OR w.count < $3
+                    RETURNING count`,
+      // The lowest slot free in this statement's snapshot, taken unless a
+      // live lease took it meanwhile (the conflict's WHERE reads the latest
+      // row): \`candidate\` null means all were held; \`slot\` null with a
+      // candidate, that another instance was quicker (try again).
+      claimSlot: `WITH candidate AS (
+                    -- Among the first n + 1 numbers (n: the key's rows) one is free unless n >= limit:
+                    -- the series stays short whatever the limit.
+                    SELECT s FROM generate_series(0::bigint, LEAST($2::bigint, (SELECT count(*) FROM ${t('download_slots')} c WHERE c.key_id = $1) + 1) - 1) AS s
+                     WHERE NOT EXISTS (SELECT 1 FROM ${t('download_slots')} h WHERE h.key_id = $1 AND h.slot = s AND h.expires_at > $4)
+                     ORDER BY s LIMIT 1),
+                  taken AS (
+                    INSERT INTO ${t('download_slots')} AS d (key_id, slot, lease_id, expires_at)
+                    SELECT $1, s, $3, $5 FROM candidate
+                    ON CONFLICT (key_id, slot) DO UPDATE SET lease_id = EXCLUDED.lease_id, expires_at = EXCLUDED.expires_at
+                     WHERE d.expires_at <= $4
+                    RETURNING slot)
+                  SELECT (SELECT s FROM candidate) AS candidate, (SELECT slot FROM taken) AS slot`,
+      renewSlots: `UPDATE ${t('download_slots')} d SET expires_at = $1
+                     FROM unnest($2::text[], $3::bigint[], $4::text[]) AS u (key_id, slot, lease_id)
+                    WHERE d.key_id = u.key_id AND d.slot = u.slot AND d.lease_id = u.lease_id`,
+      releaseSlot: `DELETE FROM ${t('download_slots')} WHERE key_id = $1 AND slot = $2 AND lease_id = $3`,
       // $6: whether the patch sets the expiry ($7, which may be null).
       updateKey: `UPDATE ${t('api_keys')} SET purpose = COALESCE($4, purpose), is_active = COALESCE($5, is_active),
                          expires_at = CASE WHEN $6 THEN $7::timestamptz ELSE expires_at END
@@ -509,7 +597,8 @@ export class PgStorage implements Storage {
       // Every use of a link: its state, its key's and its endpoint's, in one read.
       linkUse: `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
                        e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
-                       EXISTS (SELECT 1 FROM ${t('endpoint_keys')} ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+                       EXISTS (SELECT 1 FROM ${t('endpoint_keys')} ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned,
+                       k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${lookupBytesToday(t('usage_daily'))}
                   FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id LEFT JOIN ${t('endpoints')} e ON e.id = l.endpoint_id
                  WHERE l.id = $1`,
       listLinks: `SELECT l.* FROM ${t('links')} l JOIN ${t('api_keys')} k ON k.id = l.key_id
@@ -697,14 +786,14 @@ export class PgStorage implements Storage {
     if (series.reduce((sum, s) => sum + s.n, 0) <= query.limit) {
       return mergeSeries(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
     }
-    const { rows } = await this.run<{ start_ms: number, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string }>(
+    const { rows } = await this.run<{ start_ms: number, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string, bytes: string }>(
       this.sql.usageOrdered[query.granularity], [...params, query.limit])
     // Rows come by start: consecutive rows share one Date.
     let start = new Date(NaN)
     const answer: UsageRow[] = []
     for (const r of rows) {
       if (start.getTime() !== r.start_ms) start = new Date(r.start_ms)
-      answer.push({ start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count) })
+      answer.push({ start, endpointId: r.endpoint_id, keyId: r.key_id === '' ? null : r.key_id, outcome: r.outcome, count: Number(r.count), bytes: Number(r.bytes) })
       if (answer.length % 4096 === 0) await setImmediate()
     }
     return answer
@@ -740,7 +829,7 @@ export class PgStorage implements Storage {
       where.push(`(strpos(lower(prefix COLLATE "C"), $${params.length}) > 0 OR strpos(lower(purpose COLLATE "C"), $${params.length}) > 0)`)
     }
     const { rows } = await this.run<KeyRow & { cursor_at: string }>(
-      `SELECT id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at,
+      `SELECT id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at, requests_per_minute, concurrent_downloads, bytes_per_day,
               to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS cursor_at
          FROM ${this.t('api_keys')} WHERE ${where.join(' AND ')} ORDER BY created_at, id LIMIT $3`, params)
     const last = rows.length > query.limit ? rows[query.limit - 1] : undefined
@@ -765,7 +854,8 @@ export class PgStorage implements Storage {
     try {
       return await this.transaction(async (client) => {
         const { rows } = await this.query<KeyRow>(client, this.sql.insertKey,
-          [randomUUID(), key.organization, key.project, key.prefix, key.hash, key.purpose, key.isActive, key.expiresAt])
+          [randomUUID(), key.organization, key.project, key.prefix, key.hash, key.purpose, key.isActive, key.expiresAt,
+            ...limitColumns(key.limits ?? NO_LIMITS)])
         const created = toKey(rows[0])
         await this.audit(client, key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: created.id })
         beforeCommit?.(created)
@@ -804,7 +894,12 @@ export class PgStorage implements Storage {
       const { rows } = await this.query<KeyRow>(client, this.sql.updateKey,
         [project.organization, project.project, keyId, patch.purpose ?? null, patch.isActive ?? null,
           patch.expiresAt !== undefined, patch.expiresAt ?? null])
-      const after = toKey(rows[0])
+      let after = toKey(rows[0])
+      if (patch.limits !== undefined) {
+        const limits = await this.query<KeyRow>(client, this.sql.setLimits,
+          [project.organization, project.project, keyId, ...limitColumns({ ...before.limits, ...patch.limits })])
+        after = toKey(limits.rows[0])
+      }
       return { after, changes: keyChanges(before, after) }
     }, beforeCommit)
     return done?.after ?? null
@@ -1053,7 +1148,14 @@ export class PgStorage implements Storage {
     return {
       revokedAt: row.revoked_at,
       keyPrefix: row.key_prefix,
-      key: { id: row.key_id, prefix: row.prefix, isActive: row.is_active, expiresAt: row.expires_at?.getTime() ?? null },
+      key: {
+        id: row.key_id,
+        prefix: row.prefix,
+        isActive: row.is_active,
+        expiresAt: row.expires_at?.getTime() ?? null,
+        limits: limitsOf(row),
+        bytesToday: Number(row.bytes_today ?? 0)
+      },
       assigned: row.assigned,
       endpoint: row.endpoint_id === null
         ? null
@@ -1109,6 +1211,34 @@ export class PgStorage implements Storage {
   }
 
   /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */
+  async takeRequest (keyId: string, windowStart: number, limit: number): Promise<number | null> {
+    if (hasNul(keyId)) return null
+    const { rows } = await this.run<{ count: string }>(this.sql.takeRequest, [keyId, windowStart, limit])
+    return rows.length === 0 ? null : Number(rows[0].count)
+  }
+
+  async claimDownloadSlot (keyId: string, limit: number, leaseId: string, now: number, expiresAt: number): Promise<number | null> {
+    if (hasNul(keyId)) return null
+    // A slot lost to another instance's claim is sought again, a few times:
+    // each try reads a newer snapshot.
+    for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+      const { rows } = await this.run<{ candidate: number | null, slot: string | null }>(this.sql.claimSlot, [keyId, limit, leaseId, now, expiresAt])
+      const { candidate, slot } = rows[0]
+      if (slot !== null) return Number(slot)
+      if (candidate === null) return null
+    }
+    return null
+  }
+
+  async renewDownloadSlots (slots: readonly DownloadSlot[], expiresAt: number): Promise<void> {
+    if (slots.length === 0) return
+    await this.run(this.sql.renewSlots, [expiresAt, slots.map((s) => s.keyId), slots.map((s) => s.slot), slots.map((s) => s.leaseId)])
+  }
+
+  async releaseDownloadSlot (slot: DownloadSlot): Promise<void> {
+    await this.run(this.sql.releaseSlot, [slot.keyId, slot.slot, slot.leaseId])
+  }
+
   async close (): Promise<void> {
     if (this.closed) return
     this.closed = true

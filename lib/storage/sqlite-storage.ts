@@ -8,6 +8,7 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
+  NO_LIMITS, type DownloadSlot, type KeyLimits,
   type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
@@ -146,7 +147,14 @@ interface KeyRow {
   created_at: number
   updated_at: number | null
   expires_at: number | null
+  requests_per_minute: number | null
+  concurrent_downloads: number | null
+  bytes_per_day: number | null
 }
+
+/** What the per-request lookup reads: the endpoint, and the key with its limits (nulls without one). */
+type LookupTuple = [endpointId: string, keyId: string | null, hash: string | null, isActive: number | null, expiresAt: number | null,
+  requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null, bytesToday: number | null]
 
 interface UsageRowData {
   start: number
@@ -154,6 +162,7 @@ interface UsageRowData {
   key_id: string
   outcome: UsageOutcome
   count: number
+  bytes: number
 }
 
 interface AuditRow {
@@ -180,7 +189,8 @@ interface EndpointRow {
   created_at: number
 }
 
-const KEY_COLUMNS = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at'
+const KEY_COLUMNS = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at, ' +
+  'requests_per_minute, concurrent_downloads, bytes_per_day'
 const ENDPOINT_COLUMNS = 'id, organization, project, model_sequence, type, resource_sequence, calls, created_at'
 // An endpoint's path (endpointPath) in SQL, to search it.
 const ENDPOINT_PATH = "'/api/' || organization || '/' || project || '/model/' || model_sequence || '/' || type || '/' || resource_sequence"
@@ -196,7 +206,8 @@ function toKey (row: KeyRow): ApiKeyRecord {
     isActive: row.is_active === 1,
     createdAt: new Date(row.created_at),
     updatedAt: row.updated_at === null ? null : new Date(row.updated_at),
-    expiresAt: row.expires_at === null ? null : new Date(row.expires_at)
+    expiresAt: row.expires_at === null ? null : new Date(row.expires_at),
+    limits: { requestsPerMinute: row.requests_per_minute, concurrentDownloads: row.concurrent_downloads, bytesPerDay: row.bytes_per_day }
   }
 }
 
@@ -235,7 +246,7 @@ function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily', byKey: bool
   // key's buckets (no api_keys row in the project) keep their key id as text.
   const outcomeIndex = USAGE_OUTCOMES.map((o, i) => `WHEN '${o}' THEN ${i}`).join(' ')
   return `SELECT u.start, k.rowid, CASE WHEN k.rowid IS NULL AND u.key_id <> '' THEN u.key_id END,
-                 CASE u.outcome ${outcomeIndex} END, u.count
+                 CASE u.outcome ${outcomeIndex} END, u.count, u.bytes
             FROM ${table} u ${byKey ? `INDEXED BY ${table}_key` : ''}
             LEFT JOIN api_keys k ON k.id = u.key_id AND k.organization = @organization AND k.project = @project
            WHERE u.endpoint_id = @endpoint_id ${byKey ? 'AND u.key_id = @key_id' : ''}
@@ -244,8 +255,8 @@ function endpointUsageSelect (table: 'usage_hourly' | 'usage_daily', byKey: bool
            LIMIT @limit`
 }
 
-/** start, the key's api_keys rowid, a deleted key's id, the outcome's index in USAGE_OUTCOMES, count */
-type EndpointUsageTuple = [number, number | null, string | null, number, number]
+/** start, the key's api_keys rowid, a deleted key's id, the outcome's index in USAGE_OUTCOMES, count, bytes */
+type EndpointUsageTuple = [number, number | null, string | null, number, number, number]
 
 /**
  * Rows of usage read at a time before the event loop gets a turn. Through
@@ -322,8 +333,8 @@ async function mergeByStart (
       const { rows: part, endpointId } = endpoint
       let j = endpoint.at
       for (; j < part.length && part[j][0] === start && rows.length < limit; j++) {
-        const [, keyRowid, deletedKeyId, outcome, count] = part[j]
-        rows.push({ start: at, endpointId, keyId: keyRowid === null ? deletedKeyId : keyIdOf(keyRowid), outcome: USAGE_OUTCOMES[outcome], count })
+        const [, keyRowid, deletedKeyId, outcome, count, bytes] = part[j]
+        rows.push({ start: at, endpointId, keyId: keyRowid === null ? deletedKeyId : keyIdOf(keyRowid), outcome: USAGE_OUTCOMES[outcome], count, bytes })
       }
       endpoint.at = j
       if (rows.length >= limit) break
@@ -399,10 +410,23 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
+/** A key's bytes of the UTC day, when it has a bytesPerDay limit (a column of the key lookups). */
+const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
+  (SELECT COALESCE(SUM(bytes), 0) FROM usage_daily u
+    WHERE u.key_id = k.id AND u.start = (CAST(strftime('%s', 'now') AS INTEGER) / 86400) * 86400000) END`
+
+/** A key's limits from its three columns: null when it has none. */
+function limitsOf (requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null): KeyLimits | null {
+  return requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
+    ? null
+    : { requestsPerMinute, concurrentDownloads, bytesPerDay }
+}
+
 // linkUse's row as an array (raw): better-sqlite3 hands these back faster than objects.
 type LinkUseTuple = [revokedAt: number | null, keyPrefix: string, keyId: string, prefix: string, isActive: number, expiresAt: number | null,
   endpointId: string | null, organization: string | null, project: string | null, modelSequence: number | null, type: ResourceType | null,
-  resourceSequence: number | null, assigned: number]
+  resourceSequence: number | null, assigned: number,
+  requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null, bytesToday: number | null]
 
 function toLink (row: Record<string, unknown>): LinkRecord {
   const { keyPrefix, ...link } = fromRow(LINKS_TABLE, 'sqlite', row)
@@ -418,6 +442,12 @@ export class SqliteStorage implements Storage {
   readonly db: Database.Database
   private readonly statements
   private readonly pageStatements = new Map<string, Database.Statement<Record<string, string | number>, unknown>>()
+  /** takeRequest calls of this turn of the event loop, written together (takeRequests) */
+  private pendingTakes: Array<{
+    params: { key_id: string, window_start: number, limit: number }
+    resolve: (count: number | null) => void
+    reject: (error: unknown) => void
+  }> = []
 
   constructor (options: SqliteStorageOptions) {
     this.db = new Database(options.filename)
@@ -430,10 +460,11 @@ export class SqliteStorage implements Storage {
     this.statements = {
       // Runs on every data request: rows as arrays (raw), which better-sqlite3
       // hands back faster than objects.
-      lookup: db.prepare<[string | null, string, string, number, string, number],
-        [endpointId: string, keyId: string | null, hash: string | null, isActive: number | null, expiresAt: number | null]
-      >(
-        `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at
+      // The limits ride on it (DESIGN.md §4.3), and a key with a bytesPerDay
+      // limit reads its bytes of the UTC day; a key without one reads nothing more.
+      lookup: db.prepare<[string | null, string, string, number, string, number], LookupTuple>(
+        `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at,
+                k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
            FROM endpoints e
            LEFT JOIN endpoint_keys ek ON ek.endpoint_id = e.id
                  AND ek.key_id = (SELECT id FROM api_keys WHERE prefix = ?)
@@ -444,13 +475,15 @@ export class SqliteStorage implements Storage {
         'UPDATE api_keys SET updated_at = MAX(COALESCE(updated_at, 0), ?) WHERE id = ?'),
       // A count for an endpoint deleted since the request is dropped, as its calls are.
       addHourly: db.prepare<UsageRowData>(
-        `INSERT INTO usage_hourly (endpoint_id, start, key_id, outcome, count)
-         SELECT @endpoint_id, @start, @key_id, @outcome, @count WHERE @count > 0 AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
-         ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count`),
+        `INSERT INTO usage_hourly (endpoint_id, start, key_id, outcome, count, bytes)
+         SELECT @endpoint_id, @start, @key_id, @outcome, @count, @bytes
+          WHERE (@count > 0 OR @bytes > 0) AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
+         ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count, bytes = bytes + excluded.bytes`),
       addDaily: db.prepare<UsageRowData>(
-        `INSERT INTO usage_daily (endpoint_id, start, key_id, outcome, count)
-         SELECT @endpoint_id, @start, @key_id, @outcome, @count WHERE @count > 0 AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
-         ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count`),
+        `INSERT INTO usage_daily (endpoint_id, start, key_id, outcome, count, bytes)
+         SELECT @endpoint_id, @start, @key_id, @outcome, @count, @bytes
+          WHERE (@count > 0 OR @bytes > 0) AND EXISTS (SELECT 1 FROM endpoints WHERE id = @endpoint_id)
+         ON CONFLICT (endpoint_id, start, key_id, outcome) DO UPDATE SET count = count + excluded.count, bytes = bytes + excluded.bytes`),
       usageEndpoints: db.prepare<{ organization: string, project: string, endpoint_id: string | null }, string>(
         `SELECT id FROM endpoints WHERE organization = @organization AND project = @project
            AND (@endpoint_id IS NULL OR id = @endpoint_id) ORDER BY id`).pluck(),
@@ -466,9 +499,29 @@ export class SqliteStorage implements Storage {
         `SELECT ${KEY_COLUMNS} FROM api_keys WHERE organization = ? AND project = ? ORDER BY created_at, id`),
       getKey: db.prepare<[string, string, string], KeyRow>(
         `SELECT ${KEY_COLUMNS} FROM api_keys WHERE organization = ? AND project = ? AND id = ?`),
-      insertKey: db.prepare<[string, string, string, string, string, string, number, number, number | null]>(
-        `INSERT INTO api_keys (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+      insertKey: db.prepare<[string, string, string, string, string, string, number, number, number | null, number | null, number | null, number | null]>(
+        `INSERT INTO api_keys (id, organization, project, prefix, hash, purpose, is_active, created_at, expires_at,
+                               requests_per_minute, concurrent_downloads, bytes_per_day)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+      setLimits: db.prepare<[number | null, number | null, number | null, string, string, string]>(
+        `UPDATE api_keys SET requests_per_minute = ?, concurrent_downloads = ?, bytes_per_day = ?
+          WHERE organization = ? AND project = ? AND id = ?`),
+      // One row per key: a later minute starts again at 1; a full one refuses (no row back).
+      takeRequest: db.prepare<{ key_id: string, window_start: number, limit: number }, number>(
+        `INSERT INTO key_request_windows (key_id, window_start, count) VALUES (@key_id, @window_start, 1)
+         ON CONFLICT (key_id) DO UPDATE
+           SET count = CASE WHEN window_start < excluded.window_start THEN 1 ELSE count + 1 END,
+               window_start = MAX(window_start, excluded.window_start)
+         WHERE window_start < excluded.window_start OR count < @limit
+         RETURNING count`).pluck(),
+      liveSlots: db.prepare<[string, number], number>(
+        'SELECT slot FROM download_slots WHERE key_id = ? AND expires_at > ?').pluck(),
+      holdSlot: db.prepare<[string, number, string, number]>(
+        'INSERT OR REPLACE INTO download_slots (key_id, slot, lease_id, expires_at) VALUES (?, ?, ?, ?)'),
+      renewSlot: db.prepare<[number, string, number, string]>(
+        'UPDATE download_slots SET expires_at = ? WHERE key_id = ? AND slot = ? AND lease_id = ?'),
+      releaseSlot: db.prepare<[string, number, string]>(
+        'DELETE FROM download_slots WHERE key_id = ? AND slot = ? AND lease_id = ?'),
       setPurpose: db.prepare<[string, string, string, string]>(
         'UPDATE api_keys SET purpose = ? WHERE organization = ? AND project = ? AND id = ?'),
       setActive: db.prepare<[number, string, string, string]>(
@@ -542,7 +595,8 @@ export class SqliteStorage implements Storage {
       linkUse: db.prepare<[string], LinkUseTuple>(
         `SELECT l.revoked_at, l.key_prefix, k.id AS key_id, k.prefix, k.is_active, k.expires_at,
                 e.id AS endpoint_id, e.organization, e.project, e.model_sequence, e.type, e.resource_sequence,
-                EXISTS (SELECT 1 FROM endpoint_keys ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned
+                EXISTS (SELECT 1 FROM endpoint_keys ek WHERE ek.endpoint_id = l.endpoint_id AND ek.key_id = l.key_id) AS assigned,
+                k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
            FROM links l JOIN api_keys k ON k.id = l.key_id LEFT JOIN endpoints e ON e.id = l.endpoint_id
           WHERE l.id = ?`).raw(),
       listLinks: db.prepare<{ organization: string, project: string, key_id: string | null, limit: number }, Record<string, unknown>>(
@@ -586,14 +640,16 @@ export class SqliteStorage implements Storage {
     const l = locator
     const row = this.statements.lookup.get(prefix, l.organization, l.project, l.modelSequence, l.type, l.resourceSequence)
     if (row === undefined) return null
-    const [endpointId, keyId, hash, isActive, expiresAt] = row
-    return { endpointId, key: keyId === null ? null : { id: keyId, hash: hash as string, isActive: isActive === 1, expiresAt } }
+    const [endpointId, keyId, hash, isActive, expiresAt, requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday] = row
+    if (keyId === null) return { endpointId, key: null }
+    const limits = limitsOf(requestsPerMinute, concurrentDownloads, bytesPerDay)
+    return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive === 1, expiresAt, limits, bytesToday: bytesToday ?? 0 } }
   }
 
   async applyUsage (batch: UsageBatch): Promise<void> {
     const { addCalls, touchKey, addHourly, addDaily } = this.statements
     const row = (c: UsageCount): UsageRowData =>
-      ({ endpoint_id: c.endpointId, start: c.hour, key_id: c.keyId ?? '', outcome: c.outcome, count: c.count })
+      ({ endpoint_id: c.endpointId, start: c.hour, key_id: c.keyId ?? '', outcome: c.outcome, count: c.count, bytes: c.bytes ?? 0 })
     this.db.transaction(() => {
       for (const [endpointId, n] of batch.calls) addCalls.run(n, endpointId)
       for (const [keyId, at] of batch.lastUsed) touchKey.run(at.getTime(), keyId)
@@ -671,8 +727,10 @@ export class SqliteStorage implements Storage {
     const id = randomUUID()
     try {
       return this.db.transaction(() => {
+        const limits = key.limits ?? NO_LIMITS
         this.statements.insertKey.run(id, key.organization, key.project, key.prefix, key.hash, key.purpose,
-          key.isActive ? 1 : 0, Date.now(), key.expiresAt === null ? null : key.expiresAt.getTime())
+          key.isActive ? 1 : 0, Date.now(), key.expiresAt === null ? null : key.expiresAt.getTime(),
+          limits.requestsPerMinute, limits.concurrentDownloads, limits.bytesPerDay)
         const created = this.keyRecord(key, id) as ApiKeyRecord
         this.audit(key, audit, 'key.created', created.prefix, keyChanges(null, created), { keyId: id })
         beforeCommit?.(created)
@@ -693,6 +751,10 @@ export class SqliteStorage implements Storage {
       if (patch.purpose !== undefined) this.statements.setPurpose.run(patch.purpose, ...where)
       if (patch.isActive !== undefined) this.statements.setActive.run(patch.isActive ? 1 : 0, ...where)
       if (patch.expiresAt !== undefined) this.statements.setExpiry.run(patch.expiresAt === null ? null : patch.expiresAt.getTime(), ...where)
+      if (patch.limits !== undefined) {
+        const l = { ...before.limits, ...patch.limits }
+        this.statements.setLimits.run(l.requestsPerMinute, l.concurrentDownloads, l.bytesPerDay, ...where)
+      }
       const after = this.keyRecord(project, keyId) as ApiKeyRecord
       const changes = keyChanges(before, after)
       if (Object.keys(changes).length > 0) this.audit(project, audit, 'key.updated', after.prefix, changes, { keyId })
@@ -901,6 +963,72 @@ export class SqliteStorage implements Storage {
     return this.statements.expireIdempotency.run(before.getTime()).changes
   }
 
+  /**
+   * One upsert per call, but the calls of one turn of the event loop share
+   * one transaction (a group commit): a commit per call was most of a
+   * limited key's cost (docs/benchmarks.md). Each upsert still runs alone,
+   * in order, under the write lock, so the count stays exact.
+   */
+  async takeRequest (keyId: string, windowStart: number, limit: number): Promise<number | null> {
+    return await new Promise((resolve, reject) => {
+      if (this.pendingTakes.push({ params: { key_id: keyId, window_start: windowStart, limit }, resolve, reject }) === 1) {
+        globalThis.setImmediate(() => { this.takeRequests() })
+      }
+    })
+  }
+
+  private takeRequests (): void {
+    const batch = this.pendingTakes
+    this.pendingTakes = []
+    const { takeRequest } = this.statements
+    const answers: Array<{ count: number | null } | { error: unknown }> = []
+    try {
+      this.db.transaction(() => {
+        // A failed upsert (its key deleted meanwhile) fails alone: SQLite undoes that statement only.
+        for (const take of batch) {
+          try {
+            answers.push({ count: takeRequest.get(take.params) ?? null })
+          } catch (error) {
+            answers.push({ error })
+          }
+        }
+      }).immediate()
+    } catch (error) {
+      for (const take of batch) take.reject(error)
+      return
+    }
+    batch.forEach((take, i) => {
+      const answer = answers[i]
+      if ('error' in answer) take.reject(answer.error)
+      else take.resolve(answer.count)
+    })
+  }
+
+  async claimDownloadSlot (keyId: string, limit: number, leaseId: string, now: number, expiresAt: number): Promise<number | null> {
+    const { liveSlots, holdSlot } = this.statements
+    // Read and written under the write lock: exact across processes on one file.
+    return this.db.transaction((): number | null => {
+      const held = new Set(liveSlots.all(keyId, now))
+      for (let slot = 0; slot < limit; slot++) {
+        if (held.has(slot)) continue
+        holdSlot.run(keyId, slot, leaseId, expiresAt)
+        return slot
+      }
+      return null
+    }).immediate()
+  }
+
+  async renewDownloadSlots (slots: readonly DownloadSlot[], expiresAt: number): Promise<void> {
+    const { renewSlot } = this.statements
+    this.db.transaction(() => {
+      for (const s of slots) renewSlot.run(expiresAt, s.keyId, s.slot, s.leaseId)
+    }).immediate()
+  }
+
+  async releaseDownloadSlot (slot: DownloadSlot): Promise<void> {
+    this.statements.releaseSlot.run(slot.keyId, slot.slot, slot.leaseId)
+  }
+
   async createLink (project: ProjectRef, link: NewLink, audit: AuditContext): Promise<LinkRecord | null> {
     const s = this.statements
     return this.db.transaction(() => {
@@ -915,11 +1043,12 @@ export class SqliteStorage implements Storage {
   async findLinkUse (linkId: string): Promise<LinkUse | null> {
     const row = this.statements.linkUse.get(linkId)
     if (row === undefined) return null
-    const [revokedAt, keyPrefix, keyId, prefix, isActive, expiresAt, endpointId, organization, project, modelSequence, type, resourceSequence, assigned] = row
+    const [revokedAt, keyPrefix, keyId, prefix, isActive, expiresAt, endpointId, organization, project, modelSequence, type, resourceSequence, assigned,
+      requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday] = row
     return {
       revokedAt: revokedAt === null ? null : new Date(revokedAt),
       keyPrefix,
-      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt },
+      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt, limits: limitsOf(requestsPerMinute, concurrentDownloads, bytesPerDay), bytesToday: bytesToday ?? 0 },
       assigned: assigned === 1,
       endpoint: endpointId === null
         ? null
@@ -969,6 +1098,7 @@ export class SqliteStorage implements Storage {
   }
 
   async close (): Promise<void> {
+    if (this.pendingTakes.length > 0 && this.db.open) this.takeRequests()
     if (this.db.open) this.db.close()
   }
 }

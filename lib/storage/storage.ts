@@ -18,6 +18,25 @@ export interface EndpointLocator extends ProjectRef {
   resourceSequence: number
 }
 
+/**
+ * A key's limits (DESIGN.md §4.3): each a positive integer, or null for none.
+ * `requestsPerMinute` counts the key's admitted calls in each UTC minute;
+ * `concurrentDownloads` its dataset GETs streaming at once; `bytesPerDay` the
+ * bytes its downloads sent in the UTC day, checked when a download starts.
+ */
+export interface KeyLimits {
+  requestsPerMinute: number | null
+  concurrentDownloads: number | null
+  bytesPerDay: number | null
+}
+
+export const NO_LIMITS: KeyLimits = Object.freeze({ requestsPerMinute: null, concurrentDownloads: null, bytesPerDay: null })
+
+/** Whether any of the three is set. */
+export function hasLimits (limits: KeyLimits): boolean {
+  return limits.requestsPerMinute !== null || limits.concurrentDownloads !== null || limits.bytesPerDay !== null
+}
+
 /** A key as the management API shows it. The hash never leaves storage. */
 export interface ApiKeyRecord {
   id: string
@@ -31,6 +50,7 @@ export interface ApiKeyRecord {
   updatedAt: Date | null
   /** from this time on the key is inactive (DESIGN.md §4.1); null: never */
   expiresAt: Date | null
+  limits: KeyLimits
 }
 
 export interface NewApiKey extends ProjectRef {
@@ -39,6 +59,8 @@ export interface NewApiKey extends ProjectRef {
   purpose: string
   isActive: boolean
   expiresAt: Date | null
+  /** none given: NO_LIMITS */
+  limits?: KeyLimits
 }
 
 export interface ApiKeyPatch {
@@ -46,6 +68,8 @@ export interface ApiKeyPatch {
   isActive?: boolean
   /** null removes the expiry */
   expiresAt?: Date | null
+  /** the limits named change (null removes one); the others stay */
+  limits?: Partial<KeyLimits>
 }
 
 export interface EndpointKeySummary {
@@ -69,15 +93,32 @@ export interface EndpointKeyLookup {
    * the key with the supplied prefix, only if it is assigned to this
    * endpoint; `expiresAt` in milliseconds since the epoch, null for never
    */
-  key: { id: string, hash: string, isActive: boolean, expiresAt: number | null } | null
+  key: {
+    id: string
+    hash: string
+    isActive: boolean
+    expiresAt: number | null
+    /** null when the key has no limit at all, so that such a key costs one comparison */
+    limits: KeyLimits | null
+    /** with a `bytesPerDay` limit: the bytes the key's downloads sent this UTC day, as stored; else 0 */
+    bytesToday: number
+  } | null
+}
+
+/** A download slot a key holds (DESIGN.md §4.3): its number, and the random id of the holder's lease. */
+export interface DownloadSlot {
+  keyId: string
+  slot: number
+  leaseId: string
 }
 
 /**
  * What became of a data request's key (DESIGN.md §4.1): `ok`, or a refusal.
  * `unknown_key` is a wrong secret on a prefix assigned to the endpoint (a
- * guess at that key); `no_key` and `unknown_prefix` name no key.
+ * guess at that key); `no_key` and `unknown_prefix` name no key;
+ * `rate_limited` is a verified key refused for one of its limits (§4.3).
  */
-export const USAGE_OUTCOMES = ['ok', 'unknown_key', 'disabled', 'expired', 'no_key', 'unknown_prefix'] as const
+export const USAGE_OUTCOMES = ['ok', 'unknown_key', 'disabled', 'expired', 'no_key', 'unknown_prefix', 'rate_limited'] as const
 export type UsageOutcome = typeof USAGE_OUTCOMES[number]
 
 /** Requests to one endpoint in one UTC hour with one key (or none) and outcome. */
@@ -88,6 +129,8 @@ export interface UsageCount {
   keyId: string | null
   outcome: UsageOutcome
   count: number
+  /** bytes the downloads of this bucket sent (outcome `ok`); default 0 */
+  bytes?: number
 }
 
 /** Counter increments and last-used times gathered between two flushes. */
@@ -119,6 +162,8 @@ export interface UsageRow {
   keyId: string | null
   outcome: UsageOutcome
   count: number
+  /** bytes sent by the downloads counted here (the adapters always tell; 0 when absent) */
+  bytes?: number
 }
 
 /** Who made a management change, for its audit entry: what the host's `getActor` answered. */
@@ -138,7 +183,7 @@ export interface AuditChange {
 
 /**
  * One management change, written in the same transaction as the change.
- * Key changes name the key's fields (purpose, isActive, expiresAt, prefix);
+ * Key changes name the key's fields (purpose, isActive, expiresAt, limits, prefix);
  * endpoint changes its `keyIds`. Never a key value or hash.
  */
 export interface AuditEntry {
@@ -267,8 +312,12 @@ export interface LinkUse {
   revokedAt: Date | null
   /** the key's prefix when the link was minted */
   keyPrefix: string
-  /** the key's state now (the link goes with a deleted key); `expiresAt` in ms since the epoch */
-  key: { id: string, prefix: string, isActive: boolean, expiresAt: number | null }
+  /**
+   * The key's state now (the link goes with a deleted key); `expiresAt` in ms
+   * since the epoch; its limits and, with a bytesPerDay limit, its bytes of
+   * the UTC day, as `findEndpointKey` reads them.
+   */
+  key: { id: string, prefix: string, isActive: boolean, expiresAt: number | null, limits: KeyLimits | null, bytesToday: number }
   /** whether the key is still assigned to the endpoint */
   assigned: boolean
   /** the endpoint, null when it was deleted */
@@ -406,6 +455,29 @@ export interface Storage {
   releaseIdempotencyKey (scope: IdempotencyScope, key: string, token: string): Promise<boolean>
   /** Deletes idempotency records made before `before`, answered or held; answers how many. */
   pruneIdempotencyKeys (before: Date): Promise<number>
+
+  // Per-key limits (DESIGN.md §4.3). Times are the plugin's clock in
+  // milliseconds since the epoch, so that every store reads them alike.
+
+  /**
+   * Counts one call of a key in the minute that starts at `windowStart`,
+   * unless `limit` calls are counted there already; atomic, so exact across
+   * instances. Answers the calls counted in the window after this one, or
+   * null when refused. One row per key: a later window starts the count
+   * again at 1, an earlier one (a clock behind) counts in the later.
+   */
+  takeRequest (keyId: string, windowStart: number, limit: number): Promise<number | null>
+  /**
+   * Claims one of a key's `limit` download slots for `leaseId` until
+   * `expiresAt`: a slot is free when no lease holds it or its lease ended
+   * before `now`. Answers the slot's number, or null when all are held.
+   * Never answers a slot another live lease holds, on any instance.
+   */
+  claimDownloadSlot (keyId: string, limit: number, leaseId: string, now: number, expiresAt: number): Promise<number | null>
+  /** Moves the end of these leases to `expiresAt` (those still held by their lease). */
+  renewDownloadSlots (slots: readonly DownloadSlot[], expiresAt: number): Promise<void>
+  /** Frees a slot if `leaseId` still holds it. */
+  releaseDownloadSlot (slot: DownloadSlot): Promise<void>
 
   /**
    * Stores a new link of the project's key (`link.created`, with the key id

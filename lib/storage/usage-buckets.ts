@@ -25,7 +25,10 @@ export function dailyCounts (counts: Iterable<UsageCount>): UsageCount[] {
     const id = countId(day, c.endpointId, c.keyId, c.outcome)
     const seen = days.get(id)
     if (seen === undefined) days.set(id, { ...c, hour: day })
-    else seen.count += c.count
+    else {
+      seen.count += c.count
+      if (c.bytes !== undefined) seen.bytes = (seen.bytes ?? 0) + c.bytes
+    }
   }
   return [...days.values()]
 }

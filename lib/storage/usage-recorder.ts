@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Storage, UsageBatch, UsageOutcome } from './storage.js'
-import { bucketStart, countId, HOUR_MS } from './usage-buckets.js'
+import { bucketStart, countId, DAY_MS, HOUR_MS } from './usage-buckets.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
 interface InDoubt { batch: UsageBatch, fate: () => Promise<UsageFate> }
@@ -31,6 +31,8 @@ export class UsageRecorder {
   private batch: UsageBatch = emptyBatch()
   private inDoubt: InDoubt | null = null
   private flushing: Promise<void> | null = null
+  /** the batch being written now, whose bytes are not in storage yet */
+  private writing: UsageBatch | null = null
   private readonly timer: NodeJS.Timeout
 
   constructor (
@@ -56,6 +58,37 @@ export class UsageRecorder {
   /** A refused request to an endpoint that exists, for its usage history. */
   recordRefusal (endpointId: string, keyId: string | null, outcome: Exclude<UsageOutcome, 'ok'>): void {
     this.count(Date.now(), endpointId, keyId, outcome)
+  }
+
+  /**
+   * Bytes a download of the key sent (DESIGN.md §4.3), added to the `ok`
+   * bucket of the hour they went in, as they go: a download that runs for
+   * hours counts towards each hour, and towards the key's daily quota,
+   * before it ends.
+   */
+  recordBytes (endpointId: string, keyId: string, bytes: number): void {
+    if (bytes <= 0) return
+    const now = Date.now()
+    const hour = bucketStart(now, HOUR_MS)
+    const id = countId(hour, endpointId, keyId, 'ok')
+    const seen = this.batch.counts.get(id)
+    if (seen === undefined) this.batch.counts.set(id, { hour, endpointId, keyId, outcome: 'ok', count: 0, bytes })
+    else seen.bytes = (seen.bytes ?? 0) + bytes
+  }
+
+  /** The key's bytes of the UTC day that holds `now` not yet written (this instance's only). */
+  pendingBytes (keyId: string, now: number): number {
+    const day = bucketStart(now, DAY_MS)
+    let bytes = 0
+    const add = (batch: UsageBatch): void => {
+      for (const c of batch.counts.values()) {
+        if (c.keyId === keyId && c.bytes !== undefined && c.hour >= day) bytes += c.bytes
+      }
+    }
+    add(this.batch)
+    if (this.inDoubt !== null) add(this.inDoubt.batch)
+    if (this.writing !== null) add(this.writing)
+    return bytes
   }
 
   private count (now: number, endpointId: string, keyId: string | null, outcome: UsageOutcome): void {
@@ -90,6 +123,7 @@ export class UsageRecorder {
     if (isEmpty(this.batch)) return
     const batch = this.batch
     this.batch = emptyBatch()
+    this.writing = batch
     try {
       await this.storage.applyUsage(batch)
     } catch (err) {
@@ -102,6 +136,8 @@ export class UsageRecorder {
         this.log.error({ err }, 'fastify-data-endpoints: usage counters not written, will retry')
       }
       throw err
+    } finally {
+      this.writing = null
     }
   }
 
@@ -129,7 +165,10 @@ export class UsageRecorder {
     for (const [id, c] of failed.counts) {
       const seen = this.batch.counts.get(id)
       if (seen === undefined) this.batch.counts.set(id, c)
-      else seen.count += c.count
+      else {
+        seen.count += c.count
+        if (c.bytes !== undefined) seen.bytes = (seen.bytes ?? 0) + c.bytes
+      }
     }
   }
 

@@ -185,8 +185,16 @@ function expiryProblem (input) {
   return at <= Date.now() ? 'Choose a time in the future, or leave the field empty for no expiry.' : ''
 }
 
+// A key's limit: empty (none) or a whole number from 1.
+function limitProblem (input) {
+  return input.value === '' ? '' : sequenceProblem(input)
+}
+
+const LIMIT_FIELDS = ['requestsPerMinute', 'concurrentDownloads', 'bytesPerDay']
+
 const FIELD_CHECKS = new Map([
-  ['purpose', purposeProblem], ['modelSequence', sequenceProblem], ['resourceSequence', sequenceProblem], ['expiresAt', expiryProblem]
+  ['purpose', purposeProblem], ['modelSequence', sequenceProblem], ['resourceSequence', sequenceProblem], ['expiresAt', expiryProblem],
+  ...LIMIT_FIELDS.map((name) => [name, limitProblem])
 ])
 
 /** Sets a field's own validity message; call it too after setting its value from code. */
@@ -298,6 +306,14 @@ $('#edit-form').addEventListener('submit', async (event) => {
   const patch = {}
   if (form.elements.purpose.value !== key.purpose) patch.purpose = form.elements.purpose.value
   if (form.elements.expiresAt.value !== form.elements.expiresAt.dataset.unchanged) patch.expiresAt = expiryOf(form.elements.expiresAt)
+  // The limits changed, as numbers typed in plain digits (empty: none).
+  const limits = {}
+  for (const name of LIMIT_FIELDS) {
+    const input = form.elements[name]
+    const value = input.value === '' ? null : Number(input.value)
+    if (value !== key.limits[name]) limits[name] = value
+  }
+  if (Object.keys(limits).length > 0) patch.limits = limits
   $('#edit-dialog').close()
   if (Object.keys(patch).length === 0) return setStatus(`Key ${key.prefix}: nothing changed.`)
   await attempt('Could not edit the key', async () => {
@@ -312,17 +328,18 @@ $('#edit-form').addEventListener('submit', async (event) => {
 // Charts are inline SVG made with DOM calls: the page's CSP allows no inline
 // style or script and nothing from other origins, and 168 bars need no
 // library. Requests are summed in three kinds, drawn stacked from the bottom.
-const KINDS = ['ok', 'refused', 'guess']
+const KINDS = ['ok', 'refused', 'limited', 'guess']
 const KIND_WORDS = {
   ok: ['call', 'calls'],
   refused: ['refused', 'refused'],
+  limited: ['refused for a limit', 'refused for limits'],
   guess: ['wrong-secret guess', 'wrong-secret guesses']
 }
 const countOf = (n, kind) => plural(n, ...KIND_WORDS[kind])
 
-/** ok: authenticated; guess: a wrong secret on a key's prefix; refused: every other refusal. */
+/** ok: authenticated; guess: a wrong secret on a key's prefix; limited: over one of the key's limits; refused: every other refusal. */
 function kindOf (outcome) {
-  return outcome === 'ok' ? 'ok' : outcome === 'unknown_key' ? 'guess' : 'refused'
+  return outcome === 'ok' ? 'ok' : outcome === 'unknown_key' ? 'guess' : outcome === 'rate_limited' ? 'limited' : 'refused'
 }
 
 function emptySeries () {
@@ -478,7 +495,7 @@ function hourText (start, parts) {
 function chartSummary (subject, series, totals) {
   const week = total(series.ok)
   const parts = [`${subject}: ${countOf(week, 'ok')} in the last 7 days, ${total(series.ok, CHART_HOURS - 24)} in the last 24 hours`]
-  for (const kind of ['refused', 'guess']) {
+  for (const kind of ['refused', 'limited', 'guess']) {
     const n = total(series[kind])
     if (n > 0) parts.push(countOf(n, kind))
   }
@@ -498,7 +515,7 @@ function chartSummary (subject, series, totals) {
  * pointer first comes over the chart.
  */
 function usageChart (subject, series) {
-  const totals = series.ok.map((n, hour) => n + series.refused[hour] + series.guess[hour])
+  const totals = series.ok.map((n, hour) => n + series.refused[hour] + series.limited[hour] + series.guess[hour])
   const scale = CHART_HEIGHT / Math.max(1, ...totals)
   const chart = svgEl('svg', {
     class: 'chart', viewBox: `0 0 ${CHART_HOURS} ${CHART_HEIGHT}`, preserveAspectRatio: 'none',
@@ -549,7 +566,9 @@ function usageCell (subject, series) {
   const warnings = []
   const refused = total(series.refused)
   const guesses = total(series.guess)
+  const limited = total(series.limited)
   if (refused > 0) warnings.push(el('span', { className: 'refused-count', textContent: countOf(refused, 'refused') }))
+  if (limited > 0) warnings.push(el('span', { className: 'limited-count', textContent: countOf(limited, 'limited') }))
   if (guesses > 0) warnings.push(el('span', { className: 'guess-count', textContent: countOf(guesses, 'guess') }))
   const warningLine = warnings.length === 0 ? [] : [el('p', { className: 'figures' }, ...warnings.flatMap((w, i) => i === 0 ? [w] : [' ', w]))]
   return [figures, ...warningLine, usageChart(subject, series)]
@@ -661,6 +680,36 @@ function expiryCell (key, now) {
   return [timeEl(key.expiresAt)]
 }
 
+const LIMIT_WORDS = { requestsPerMinute: 'requests/min', concurrentDownloads: 'concurrent downloads', bytesPerDay: 'a day' }
+
+/** Bytes as a person reads them: 10 GB, 1.5 MB. */
+function byteText (n) {
+  const units = ['bytes', 'kB', 'MB', 'GB', 'TB', 'PB']
+  let i = 0
+  let value = n
+  while (value >= 1000 && i < units.length - 1) {
+    value /= 1000
+    i++
+  }
+  return `${i === 0 ? value : Number(value.toPrecision(3))} ${units[i]}`
+}
+
+/** Limits in one line: "60 requests/min, 2 concurrent downloads, 10 GB a day". */
+function limitsText (limits) {
+  const set = LIMIT_FIELDS.filter((name) => limits[name] !== null && limits[name] !== undefined)
+  if (set.length === 0) return 'none'
+  return set.map((name) => name === 'bytesPerDay' ? `${byteText(limits[name])} ${LIMIT_WORDS[name]}` : `${limits[name]} ${LIMIT_WORDS[name]}`).join(', ')
+}
+
+/** The key's limits, one line each; "none" without any. */
+function limitsCell (key) {
+  const set = LIMIT_FIELDS.filter((name) => key.limits[name] !== null)
+  if (set.length === 0) return [el('span', { className: 'empty', textContent: 'none' })]
+  return set.map((name) => el('div', {
+    textContent: name === 'bytesPerDay' ? `${byteText(key.limits[name])} ${LIMIT_WORDS[name]}` : `${key.limits[name]} ${LIMIT_WORDS[name]}`
+  }))
+}
+
 function rowButton (text, label, focusId, onClick, className = '') {
   return el('button', {
     type: 'button', textContent: text, className, attrs: { 'aria-label': label, 'data-focus': focusId }, onclick: onClick
@@ -683,6 +732,7 @@ function keyRow (key, now = Date.now()) {
     cell('State', { textContent: state, className: stateClass }),
     cell('Last used', {}, lastUsed(key.updatedAt)),
     cell('Expires', {}, ...expiryCell(key, now)),
+    cell('Limits', { className: 'limits' }, ...limitsCell(key)),
     cell('Usage, last 7 days', { className: 'usage', attrs: { 'data-usage-filter': 'keyId', 'data-usage-id': key.id } },
       ...usageCell(`Key ${key.prefix}`, usage.byKey.get(key.id))),
     cell('Actions', { className: 'actions' },
@@ -789,6 +839,10 @@ function editKey (key) {
   const expiry = form.elements.expiresAt
   expiry.value = key.expiresAt === null ? '' : localInputValue(key.expiresAt)
   expiry.dataset.unchanged = expiry.value
+  for (const name of LIMIT_FIELDS) {
+    form.elements[name].value = key.limits[name] === null ? '' : String(key.limits[name])
+    checkField(form.elements[name])
+  }
   checkField(form.elements.purpose)
   checkField(expiry)
   $('#edit-dialog').showModal()
@@ -873,9 +927,12 @@ function renderLinks () {
   $('#no-links').hidden = rows.length > 0
 }
 
-/** Reads the project's links again; a host whose storage has none answers an empty list. */
+/** The newest links the page reads: a bounded read, however many links a large project has made. */
+const LINKS_READ = 100
+
+/** Reads the project's newest links again; a host whose storage has none answers an empty list. */
 async function drawLinks () {
-  const { items } = await call('GET', 'links?limit=500')
+  const { items } = await call('GET', `links?limit=${LINKS_READ}`)
   liveLinks = items.filter((l) => l.revokedAt === null)
   renderLinks()
 }
@@ -1228,7 +1285,7 @@ function readRotation () {
 /** A key's requests from `from` on, by kind. */
 async function keyCounts (keyId, from) {
   const query = `usage?granularity=hour&keyId=${encodeURIComponent(keyId)}&from=${encodeURIComponent(from)}`
-  const counts = { ok: 0, refused: 0, guess: 0 }
+  const counts = { ok: 0, refused: 0, limited: 0, guess: 0 }
   for (const row of (await call('GET', query)).rows) counts[kindOf(row.outcome)] += row.count
   return counts
 }
@@ -1588,7 +1645,7 @@ function auditSentence (entry, prefixes) {
   }
 }
 
-const FIELD_NAMES = { purpose: 'Purpose', isActive: 'State', expiresAt: 'Expires', prefix: 'Prefix', keyIds: 'Keys', params: 'Parameters', revokedAt: 'Revoked' }
+const FIELD_NAMES = { purpose: 'Purpose', isActive: 'State', expiresAt: 'Expires', limits: 'Limits', prefix: 'Prefix', keyIds: 'Keys', params: 'Parameters', revokedAt: 'Revoked' }
 
 /** A field's value as the page shows it. */
 function fieldValue (field, value, prefixes) {
@@ -1598,6 +1655,7 @@ function fieldValue (field, value, prefixes) {
     case 'expiresAt': return [value === null ? 'never' : auditTime(value)]
     case 'prefix': return [value === null ? '—' : el('code', { className: 'prefix', textContent: value })]
     case 'keyIds': return keyRefs(value ?? [], prefixes)
+    case 'limits': return [value === null ? 'none' : limitsText(value)]
     case 'revokedAt': return [value === null ? '—' : auditTime(value)]
     case 'params': return [value === null ? '—' : el('code', { textContent: Object.entries(value).map(([n, v]) => `${n}=${v}`).join(' ') || 'none' })]
     default: return [JSON.stringify(value)]
@@ -1677,11 +1735,10 @@ async function load () {
   renderEndpoints()
   renderChoices()
   renderAudit()
-  // The links after the keys and endpoints they name; shown without them if their route refuses.
-  await drawLinks().catch(() => { liveLinks = []; renderLinks() })
   watchRows($('#keys-table'), false)
   watchRows($('#endpoints-table'), false)
-  await usageSettled()
+  // The links after the keys and endpoints they name, while the charts are read; shown without them if their route refuses.
+  await Promise.all([drawLinks().catch(() => { liveLinks = []; renderLinks() }), usageSettled()])
 }
 
 /** The pages shown read again, with their rows' usage (a rotation's tables follow its clients). */

@@ -57,6 +57,23 @@ t.test('--help prints the usage and exits 0', async (t) => {
   t.equal(none.code, 2, 'no command is a usage error')
 })
 
+t.test('get over a key\'s daily quota: reported at once, with when to try again', async (t) => {
+  const { app } = await buildApp(t)
+  const created = await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: { 'x-permissions': 'ManageAPIKeys' }, payload: { purpose: 'quota', limits: { bytesPerDay: 1 } } })
+  const { id, key } = created.json() as { id: string, key: string }
+  await assignKeys(app, 'dataset', [id])
+  const base = await app.listen({ port: 0, host: '127.0.0.1' })
+  const env = { DATA_ENDPOINTS_API_KEY: key }
+  t.equal((await cli(t, ['get', `${base}${DATASET_URL}`, '--format', 'json'], env)).code, 0, 'the first download starts below the quota')
+  const started = Date.now()
+  const run = await cli(t, ['get', `${base}${DATASET_URL}`, '--format', 'json'], env)
+  t.equal(run.code, 1)
+  const match = /Daily download quota exceeded \(HTTP 429\); retry after (\S+) \(in (\d+) s\)/.exec(run.stderr)
+  t.ok(match, run.stderr)
+  const midnight = Math.ceil(started / 86_400_000) * 86_400_000
+  t.ok(Math.abs(Date.parse(match?.[1] ?? '') - midnight) <= 2000, 'the time: the next UTC day')
+})
+
 t.test('get downloads to stdout with the key from DATA_ENDPOINTS_API_KEY', async (t) => {
   const { base, key } = await plugin(t)
   const run = await cli(t, ['get', `${base}${DATASET_URL}`, '--format', 'json', '--entity', 'customers', '--limit', '1'], { DATA_ENDPOINTS_API_KEY: key })

@@ -178,6 +178,27 @@ t.test('a 429 is retried after its Retry-After, and given up when that is too lo
   t.equal(server.seen.length, 3)
 })
 
+t.test('a key\'s limits: a short Retry-After is waited out, a daily quota\'s is thrown at once with its time', async (t) => {
+  const server = await startServer(t, (_req, res, n) => {
+    if (n === 1) return sendJson(res, 429, { message: 'Rate limit exceeded' }, { 'retry-after': '17', ratelimit: '"minute";r=0;t=17' })
+    if (n === 2) return sendJson(res, 429, { message: 'Too many concurrent downloads' }, { 'retry-after': '1' })
+    if (n === 3) return res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
+    sendJson(res, 429, { message: 'Daily download quota exceeded' }, { 'retry-after': '36000' })
+  })
+  const { client: c, waits } = client(server.base)
+  const download = await c.downloadDataset(DATASET_PATH, { format: 'json' })
+  t.equal(await text(download.body), '{"ok":true}')
+  t.same(waits, [17_000, 1000], 'each Retry-After waited, as asked')
+  const before = Date.now()
+  const err = await c.downloadDataset(DATASET_PATH, { format: 'json' }).catch((e: unknown) => e) as HttpError
+  t.equal(err.message, 'Daily download quota exceeded')
+  t.equal(err.status, 429)
+  t.same(waits, [17_000, 1000], 'ten hours are not waited for')
+  t.ok(err.retryAt !== undefined && err.retryAt.getTime() >= before + 36_000_000 && err.retryAt.getTime() <= Date.now() + 36_000_000,
+    'retryAt: when the server takes calls again')
+  t.equal(server.seen.length, 4)
+})
+
 t.test('retryDelays: [] turns retries off', async (t) => {
   const server = await startServer(t, (_req, res) => sendJson(res, 500, { message: 'x' }))
   const { client: c, waits } = client(server.base, { retryDelays: [] })

@@ -10,6 +10,7 @@ import { parseCsv } from '../format-readers.js'
 import { MemoryDatasets, SALES_REF } from '../fixtures.js'
 import { duckdbQuery, parquetFolder } from '../columnar-readers.js'
 import { EXPIRED_LINK_RETENTION_MS, Housekeeping } from '../../lib/storage/housekeeping.js'
+import { freshMinute, limitedKey } from '../limit-fixtures.js'
 
 // Download links (DESIGN.md §4.2): minted with the key, used with the token
 // alone, answering what the keyed GET answers, and refused in the documented
@@ -456,4 +457,25 @@ t.test('property: any minting body is answered 201, 400 naming a parameter, or t
     if (res.statusCode === 500) return /^Unknown download format /.test(message ?? '')
     return res.statusCode === 400 && /^Invalid [A-Za-z_]+/.test(message ?? '') && !res.body.includes(key.key.slice(11))
   }), 300)
+})
+
+t.test('a link\'s use passes its key\'s limits: requests a minute and bytes a day, with the key\'s answers', async (t) => {
+  const { app } = await buildApp(t)
+  const k = await limitedKey(app, { requestsPerMinute: 3 })
+  await assignKeys(app, 'dataset', [k.id])
+  await freshMinute()
+  const link = await mint(app, k.key, { format: 'json' }) // the minting is the first call of the minute
+  const uses = [await app.inject({ url: pathOf(link.url) }), await app.inject({ url: pathOf(link.url) }), await app.inject({ url: pathOf(link.url) })]
+  t.same(uses.map((r) => r.statusCode), [200, 200, 429], 'the third call of the key in the minute, the second use, then refused')
+  t.same(uses[2].json(), { message: 'Rate limit exceeded' })
+  t.ok(Number(uses[2].headers['retry-after']) >= 1)
+  t.equal(uses[0].headers['ratelimit-policy'], '"minute";q=3;w=60', 'a link\'s answers carry the key\'s RateLimit fields')
+
+  const small = await limitedKey(app, { bytesPerDay: 1 }, 'small')
+  await assignKeys(app, 'dataset', [k.id, small.id])
+  const smallLink = await mint(app, small.key, { format: 'json' })
+  t.equal((await app.inject({ url: pathOf(smallLink.url) })).statusCode, 200, 'below the quota: it starts')
+  await app.dataEndpoints.flushUsage()
+  const over = await app.inject({ url: pathOf(smallLink.url) })
+  t.same([over.statusCode, over.json()], [429, { message: 'Daily download quota exceeded' }], 'over it: refused, through the link as with the key')
 })

@@ -4,7 +4,7 @@ import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } fro
 // Every management route of DESIGN.md §4, with its 400, 403 and 404 answers.
 
 const P = '/api-keys/acme/shop'
-const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'prefix', 'purpose', 'updatedAt']
+const KEY_FIELDS = ['createdAt', 'expiresAt', 'id', 'isActive', 'limits', 'prefix', 'purpose', 'updatedAt']
 
 t.test('every route needs ManageAPIKeys, refused before the body is read', async (t) => {
   const { app } = await buildApp(t)

@@ -288,7 +288,7 @@ if (chromiumAvailable(t)) {
     t.match(await dialog.innerText(), new RegExp(`Delete key ${prefix} \\(nightly ETL\\)\\?`))
     await page.keyboard.press('Escape')
     await dialog.waitFor({ state: 'hidden' })
-    t.equal((await keyRow(page, prefix)).length, 7, 'cancelled: the key stays')
+    t.equal((await keyRow(page, prefix)).length, 8, 'cancelled: the key stays')
     await page.getByRole('button', { name: `Delete key ${prefix}` }).click()
     await dialog.getByRole('button', { name: 'Delete key' }).click()
     await page.getByRole('status').getByText(`Key ${prefix} deleted.`).waitFor()
@@ -1064,8 +1064,8 @@ if (chromiumAvailable(t)) {
     await lastEndpoint.locator('svg.chart').waitFor()
     await usageDrawn(page)
     await page.evaluate('window.scrollTo(0, 0)')
-    t.same(requests.filter((r) => !r.startsWith('GET usage')).sort(), ['GET audit?limit=25', 'GET endpoints?limit=25', 'GET keys?limit=25', 'GET resources'],
-      'and the first page of each list, the log and the names: nothing else')
+    t.same(requests.filter((r) => !r.startsWith('GET usage')).sort(), ['GET audit?limit=25', 'GET endpoints?limit=25', 'GET keys?limit=25', 'GET links?limit=100', 'GET resources'],
+      'and the first page of each list, the log, the newest links and the names: nothing else')
     t.ok(requests.filter((r) => r.startsWith('GET usage')).length < 50, 'fewer usage reads than rows, scrolled to the end and back')
     const elements = await page.evaluate<number>('document.getElementsByTagName("*").length')
     t.ok(elements < 60_000, `${elements} elements on the page (the whole project drew some 440,000)`)

@@ -1,11 +1,11 @@
 import { test } from 'tap'
-import { usageAnswerPieces } from '../../lib/routes/usage-answer.js'
+import { USAGE_PIECE_BYTES, usageAnswerPieces, usageAnswerWithTurns } from '../../lib/routes/usage-answer.js'
 import type { UsageRow } from '../../lib/storage/storage.js'
 
 // The usage route writes its answer by hand (lib/routes/usage-answer.ts); it
 // must be exactly what JSON.stringify makes of the documented object.
 function usageAnswerJson (granularity: 'hour' | 'day', rows: UsageRow[]): string {
-  return [...usageAnswerPieces(granularity, rows)].join('')
+  return Buffer.concat([...usageAnswerPieces(granularity, rows)]).toString('utf8')
 }
 
 function reference (granularity: 'hour' | 'day', rows: UsageRow[]): string {
@@ -15,14 +15,14 @@ function reference (granularity: 'hour' | 'day', rows: UsageRow[]): string {
 test('the usage answer is the JSON of the documented object, byte for byte', async (t) => {
   const hour = new Date(Date.UTC(2030, 0, 1, 10))
   const rows: UsageRow[] = [
-    { start: hour, endpointId: 'e1', keyId: 'k1', outcome: 'ok', count: 3 },
-    { start: hour, endpointId: 'e1', keyId: null, outcome: 'no_key', count: 1 },
+    { start: hour, endpointId: 'e1', keyId: 'k1', outcome: 'ok', count: 3, bytes: 12345 },
+    { start: hour, endpointId: 'e1', keyId: null, outcome: 'no_key', count: 1, bytes: 0 },
     // the same start as a Date of its own (an adapter need not share them)
-    { start: new Date(hour.getTime()), endpointId: 'e2', keyId: 'k1', outcome: 'unknown_key', count: 2 },
-    { start: new Date(Date.UTC(2030, 0, 1, 11)), endpointId: 'e2', keyId: 'k2', outcome: 'expired', count: 9_007_199_254_740_991 },
+    { start: new Date(hour.getTime()), endpointId: 'e2', keyId: 'k1', outcome: 'unknown_key', count: 2, bytes: 0 },
+    { start: new Date(Date.UTC(2030, 0, 1, 11)), endpointId: 'e2', keyId: 'k2', outcome: 'expired', count: 9_007_199_254_740_991, bytes: 0 },
     // back to an endpoint seen before, and ids that JSON must escape
-    { start: new Date(Date.UTC(2030, 0, 1, 11)), endpointId: 'e1', keyId: 'quote " and \\ and \u2028', outcome: 'disabled', count: 1 },
-    { start: new Date(Date.UTC(2030, 0, 1, 12)), endpointId: 'end"point', keyId: null, outcome: 'unknown_prefix', count: 2 }
+    { start: new Date(Date.UTC(2030, 0, 1, 11)), endpointId: 'e1', keyId: 'quote " and \\ and \u2028', outcome: 'disabled', count: 1, bytes: 0 },
+    { start: new Date(Date.UTC(2030, 0, 1, 12)), endpointId: 'end"point', keyId: null, outcome: 'unknown_prefix', count: 2, bytes: 0 }
   ]
   for (const granularity of ['hour', 'day'] as const) {
     t.equal(usageAnswerJson(granularity, rows), reference(granularity, rows), `${granularity}: rows`)
@@ -32,17 +32,46 @@ test('the usage answer is the JSON of the documented object, byte for byte', asy
   t.same(JSON.parse(usageAnswerJson('hour', rows)).rows[4].keyId, 'quote " and \\ and \u2028', 'an escaped id reads back')
 })
 
-test('a long answer comes in pieces of 4,096 rows, together the same bytes', async (t) => {
+test('a long answer comes in pieces of at most 64 KiB, together the same bytes', async (t) => {
   const rows: UsageRow[] = Array.from({ length: 10_000 }, (_, i) => ({
     start: new Date(Date.UTC(2030, 0, 1) + Math.floor(i / 3) * 3_600_000),
     endpointId: `e${i % 2}`,
     keyId: i % 5 === 0 ? null : `k${i % 7}`,
     outcome: i % 11 === 0 ? 'unknown_key' : 'ok',
-    count: i + 1
+    count: i % 13 === 0 ? 9_007_199_254_740_991 : i,
+    bytes: i % 3 === 0 ? 2 ** 40 + i : 0
   }))
   const pieces = [...usageAnswerPieces('hour', rows)]
-  t.equal(pieces.length, 3, 'rows 1-4096, 4097-8192, then the rest with the end')
-  t.equal(pieces.join(''), reference('hour', rows), 'the same bytes as JSON.stringify')
-  // Exactly 4,096 rows: the last piece is the end alone.
-  t.equal([...usageAnswerPieces('day', rows.slice(0, 4096))].join(''), reference('day', rows.slice(0, 4096)))
+  const expected = reference('hour', rows)
+  t.ok(pieces.length > Buffer.byteLength(expected) / USAGE_PIECE_BYTES, `${pieces.length} pieces`)
+  t.ok(pieces.every((p) => p.length <= USAGE_PIECE_BYTES && p.length > 0), 'none longer than 64 KiB, none empty')
+  t.equal(Buffer.concat(pieces).toString('utf8'), expected, 'the same bytes as JSON.stringify')
+  // A row longer than a piece gets a piece of its own size.
+  const long = [{ ...rows[1], keyId: 'k'.repeat(USAGE_PIECE_BYTES + 10) }, rows[2]]
+  t.equal(usageAnswerJson('day', long), reference('day', long), 'a row longer than a piece')
+  // Sizes around the end of the first piece (592 rows start a second): the closing bytes still fit.
+  for (let n = 575; n < 610; n++) t.equal(usageAnswerJson('day', rows.slice(0, n)), reference('day', rows.slice(0, n)))
+})
+
+test('counts and bytes that are not safe integers are written as JSON writes them', async (t) => {
+  const start = new Date(Date.UTC(2030, 0, 1))
+  const rows: UsageRow[] = [0, 1, 10, 99, 2 ** 53, 1.5, -3].map((count) => ({ start, endpointId: 'e', keyId: 'k', outcome: 'ok', count, bytes: count }))
+  t.equal(usageAnswerJson('day', rows), reference('day', rows))
+})
+
+test('the streamed answer is the same bytes, with turns of the event loop between its pieces', async (t) => {
+  const rows: UsageRow[] = Array.from({ length: 20_000 }, (_, i) => ({
+    start: new Date(Date.UTC(2030, 0, 1) + Math.floor(i / 50) * 86_400_000), endpointId: 'e', keyId: `k${i % 50}`, outcome: 'ok', count: i, bytes: i * 1000
+  }))
+  let turned = -1
+  let consumed = 0
+  setImmediate(() => { turned = consumed })
+  const pieces: Buffer[] = []
+  for await (const piece of usageAnswerWithTurns('day', rows)) {
+    pieces.push(piece)
+    consumed++
+  }
+  t.ok(pieces.length > 8, `${pieces.length} pieces`)
+  t.equal(Buffer.concat(pieces).toString('utf8'), reference('day', rows), 'the same bytes as JSON.stringify')
+  t.ok(turned > 0 && turned < pieces.length, `the event loop turned after ${turned} of ${pieces.length} pieces`)
 })

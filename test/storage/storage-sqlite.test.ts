@@ -127,7 +127,7 @@ t.test('writes and pages read only their rows: no statement they run scans a pro
   const statements = (s as unknown as { statements: Record<string, { source: string }> }).statements
   const planOf = (sql: string, params: unknown): string[] =>
     (s.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(params as never) as Array<{ detail: string }>).map((row) => row.detail)
-  const used = ['getKey', 'insertKey', 'setPurpose', 'setActive', 'setExpiry', 'setSecret', 'deleteKey', 'getEndpoint', 'insertEndpoint',
+  const used = ['getKey', 'insertKey', 'setPurpose', 'setActive', 'setExpiry', 'setLimits', 'setSecret', 'deleteKey', 'getEndpoint', 'insertEndpoint',
     'clearAssignments', 'assign', 'unassign', 'deleteEndpoint', 'keysOfEndpoints', 'projectKeyIdsIn', 'isProjectKey', 'endpointKeyIds', 'insertAudit']
   // A whole table, or a whole project through its index (organization and project, nothing narrower).
   const wholeProject = (plan: string[]): boolean => plan.some((step) =>

@@ -19,7 +19,12 @@ const points = fc.uniqueArray(
     endpointId: fc.constantFrom(...ids.slice(1)),
     keyId: fc.constantFrom(...ids),
     outcome: fc.constantFrom(...USAGE_OUTCOMES),
-    start: fc.integer({ min: 0, max: 60 }).map((h) => 1_900_000_000 + h * HOUR),
+    // now and then, and before 1970 (negative epoch seconds) down to the year 1
+    start: fc.oneof(
+      fc.integer({ min: 0, max: 60 }).map((h) => 1_900_000_000 + h * HOUR),
+      fc.integer({ min: -30, max: 30 }).map((h) => h * HOUR),
+      fc.constant(-62_135_596_800)
+    ),
     count: fc.integer({ min: 1, max: 2 ** 40 })
   }),
   { selector: (p) => `${p.endpointId}|${p.keyId}|${p.outcome}|${p.start}`, maxLength: 200 }
