@@ -1,7 +1,7 @@
 import type { Column, Entity, Row } from '../host/dataset-source.js'
 import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './types.js'
-import { entityChunks, perEntity, rowWriter, separated, type CellWriter } from './rows.js'
+import { entityChunks, perEntity, rowsOptions, rowWriter, separated, type CellWriter } from './rows.js'
 import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText } from './values.js'
 
 // json and json-zip. bigint and decimal are strings (no precision lost),
@@ -72,24 +72,74 @@ const arrayRowWriters = perEntity((entity) => [jsonRowWriter(entity), jsonRowWri
  * One entity as a JSON array of row objects, one row per line, in chunks,
  * with `before` and `after` around it.
  */
-export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n'): AsyncGenerator<string | Buffer> {
+export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = '', after = '\n', rows?: Iterable<Row> | AsyncIterable<Row>): AsyncGenerator<string | Buffer> {
   const [first, next] = arrayRowWriters(entity)
   return entityChunks(spec, entity, {
     head: before + '[\n',
     row: (row, i) => (i === 0 ? first(row) : next(row)),
     tail: () => '\n]' + after
-  })
+  }, rows)
+}
+
+/**
+ * The whole document in one synchronous pass, when every entity's rows come
+ * as an array (a source that has read them already, as the example's does
+ * for a small table) and the text stays within one chunk. A small download
+ * then takes one step of the generator instead of several awaits per entity
+ * (about 16 µs of the example's 17-row `sales`). Otherwise undefined, with
+ * the rows asked for so far in `taken`, for the streamed path to go on with:
+ * no entity's rows are asked for twice. It holds the loop for no more than
+ * writing one chunk of text.
+ */
+function wholeDocument (spec: DownloadSpec, taken: Array<Iterable<Row> | AsyncIterable<Row>>): string | undefined {
+  const { entities, limit } = spec
+  const { chunkSize } = spec.pace
+  if (limit === 0 || entities.length === 0) return undefined
+  let out = ''
+  for (let i = 0; i < entities.length; i++) {
+    const rows = spec.dataset.rows(entities[i].name, rowsOptions(spec, limit))
+    taken.push(rows)
+    if (!Array.isArray(rows)) return undefined
+    const [first, next] = arrayRowWriters(entities[i])
+    out += (i === 0 ? '{' : ',') + JSON.stringify(entities[i].name) + ':[\n'
+    // The source may ignore the limit.
+    const n = limit === undefined ? rows.length : Math.min(limit, rows.length)
+    for (let r = 0; r < n; r++) {
+      out += r === 0 ? first(rows[r] as Row) : next(rows[r] as Row)
+      if (out.length > chunkSize) return undefined
+    }
+    out += '\n]'
+  }
+  return out + '}\n'
 }
 
 async function * jsonDocument (spec: DownloadSpec): AsyncGenerator<string | Buffer> {
   const { entities } = spec
   if (entities.length === 0) yield '{}\n'
-  for (let i = 0; i < entities.length; i++) {
-    // Nothing is sent before the first rows are read: a source that fails at
-    // once still gets a clean 500.
-    const before = (i === 0 ? '{' : ',') + JSON.stringify(entities[i].name) + ':'
-    yield * jsonArrayChunks(spec, entities[i], before, i === entities.length - 1 ? '}\n' : '')
+  // Nothing is sent before the first rows are read: a source that fails at
+  // once still gets a clean 500.
+  const taken: Array<Iterable<Row> | AsyncIterable<Row>> = []
+  const whole = wholeDocument(spec, taken)
+  if (whole !== undefined) {
+    yield whole
+    return
   }
+  let i = 0
+  try {
+    for (; i < entities.length; i++) {
+      const before = (i === 0 ? '{' : ',') + JSON.stringify(entities[i].name) + ':'
+      yield * jsonArrayChunks(spec, entities[i], before, i === entities.length - 1 ? '}\n' : '', taken[i])
+    }
+  } finally {
+    // Rows asked for but never reached (the download stopped before their entity): let the source free them.
+    for (let j = i + 1; j < taken.length; j++) await closeRows(taken[j])
+  }
+}
+
+async function closeRows (rows: Iterable<Row> | AsyncIterable<Row>): Promise<void> {
+  if (Array.isArray(rows)) return
+  const iterator = Symbol.asyncIterator in rows ? rows[Symbol.asyncIterator]() : rows[Symbol.iterator]()
+  await iterator.return?.()
 }
 
 /** `json`: one object keyed by entity name, each an array of row objects. */

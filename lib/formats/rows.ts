@@ -199,11 +199,12 @@ class EmptiedResults<T> implements AsyncGenerator<T> {
  * per row. Stopping early (limit, consumer gone, error) returns the source's
  * iterator, so it stops reading.
  */
-export function entityChunks (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string | Buffer> {
-  return new EmptiedResults(chunksOf(spec, entity, text))
+export function entityChunks (spec: DownloadSpec, entity: Entity, text: EntityText, taken?: Iterable<Row> | AsyncIterable<Row>): AsyncGenerator<string | Buffer> {
+  return new EmptiedResults(chunksOf(spec, entity, text, taken))
 }
 
-async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText): AsyncGenerator<string | Buffer> {
+/** `taken`: the entity's rows, when the format has asked the source for them already. */
+async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText, taken?: Iterable<Row> | AsyncIterable<Row>): AsyncGenerator<string | Buffer> {
   const { limit, abort, pace } = spec
   const { chunkSize } = pace
   // Many small entities in a row must not add up to a long stretch either.
@@ -211,7 +212,7 @@ async function * chunksOf (spec: DownloadSpec, entity: Entity, text: EntityText)
   let chunk = text.head
   let n = 0
   if (limit !== 0) {
-    const rows = spec.dataset.rows(entity.name, rowsOptions(spec, limit))
+    const rows = taken ?? spec.dataset.rows(entity.name, rowsOptions(spec, limit))
     const generator = isAsyncGenerator(rows)
     if (!generator && isSyncIterable(rows)) {
       const iterator = rows[Symbol.iterator]()

@@ -324,6 +324,8 @@ t.test('sample datasets stream from SQLite', async (t) => {
   const sales = await datasets.getDataset({ ...ref, resourceSequence: 1 })
   const customers = sales?.rows('customers', { limit: undefined, signal: new AbortController().signal }) as Iterable<readonly unknown[]>
   t.same([...customers].map((row) => row[0]), [1, 2, 3, 4, 5, 6], 'a small entity, whole')
+  t.same(datasets.statementCounts(1, 'customers'), { prepared: 0, idle: 0 }, 'read in one call by its statement with the limit written in: no pooled statement taken')
+  t.same([...sales?.rows('customers', { limit: 2, signal: new AbortController().signal }) as Iterable<readonly unknown[]>].map((row) => row[0]), [1, 2], 'a small limit, bound')
   t.same(datasets.statementCounts(1, 'customers'), { prepared: 1, idle: 1 }, 'read with one pooled statement, given back at once')
 })
 

@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import t from 'tap'
-import type { Column, Row } from '../../lib/index.js'
+import type { Column, Dataset, Row } from '../../lib/index.js'
+import { Pace } from '../../lib/formats/pace.js'
 import { FORMATS } from '../../lib/formats/index.js'
 import { isPlainJsonString, jsonRowWriter } from '../../lib/formats/json.js'
 import { datasetOf, specOf } from '../format-fixtures.js'
@@ -79,4 +80,49 @@ t.test('row writers are kept per entity object: the same object writes the same;
     t.match(changed, /sort/, `${format}: a new entity object is written with its own columns`)
     t.notMatch(changed, /kind/, `${format}: and none of the old one's`)
   }
+})
+
+t.test('rows that come as arrays are written as a streamed source\'s are, each entity asked for once', async (t) => {
+  const columns: Column[] = [{ name: 'id', type: 'integer' }, { name: 'note', type: 'text' }]
+  const rowsOf = (n: number, width: number): Row[] => Array.from({ length: n }, (_, i) => [i, 'x'.repeat(width)])
+  // Small enough for one chunk, and too large for one (the streamed path takes over with the arrays already read).
+  for (const [n, width, chunkSize] of [[3, 5, 64 * 1024], [40, 30, 256], [0, 1, 256]] as const) {
+    const data = { a: rowsOf(n, width), b: rowsOf(2, 1), c: rowsOf(n, width) }
+    const asked: string[] = []
+    const arrays: Dataset = {
+      name: 'd',
+      entities: Object.keys(data).map((name) => ({ name, columns })),
+      rows: (entity) => { asked.push(entity); return data[entity as keyof typeof data] }
+    }
+    const streamed = datasetOf('d', Object.entries(data).map(([name, rows]) => ({ name, columns, rows })))
+    for (const limit of [undefined, 1, 0]) {
+      asked.length = 0
+      const spec = { ...specOf(arrays, { limit }), pace: new Pace(chunkSize) }
+      const got = (await collect(FORMATS.json(spec).body as AsyncIterable<string>)).toString()
+      const want = (await collect(FORMATS.json(specOf(streamed, { limit })).body as AsyncIterable<string>)).toString()
+      t.equal(got, want, `${n} rows of ${width}, chunk ${chunkSize}, limit ${String(limit)}`)
+      t.same(asked, limit === 0 ? [] : ['a', 'b', 'c'], 'each entity asked for once')
+    }
+  }
+})
+
+t.test('rows asked for ahead, as an array came before them, are given back if the download stops first', async (t) => {
+  const columns: Column[] = [{ name: 'id', type: 'integer' }]
+  let returned = 0
+  const lazy: Iterable<Row> = {
+    [Symbol.iterator]: () => ({
+      next: () => ({ done: false, value: [1] }),
+      return: () => { returned++; return { done: true, value: undefined } }
+    })
+  }
+  const dataset: Dataset = {
+    name: 'd',
+    entities: [{ name: 'a', columns }, { name: 'b', columns }],
+    // a fits in one chunk, so b is asked for before the write falls back to streaming
+    rows: (entity) => (entity === 'a' ? [[1], [2]] : lazy)
+  }
+  const body = FORMATS.json(specOf(dataset)).body as AsyncGenerator<string | Buffer>
+  t.equal(String((await body.next()).value), '{"a":[\n{"id":1},\n{"id":2}\n]', 'a, whole')
+  await body.return(undefined)
+  t.equal(returned, 1, 'b\'s rows, asked for and never reached, were returned')
 })
