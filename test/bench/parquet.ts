@@ -18,7 +18,8 @@
 //             slowest / fastest <= 1.5), the server's peak RSS (target < 300 MiB)
 //   four-hand the same four from the hand-written route, for contrast
 //
-// Env: BENCH_ROWS, BENCH_LABEL (the first column of the tables).
+// Env: BENCH_ROWS, BENCH_LABEL (the first column of the tables), BENCH_BATCH_BYTES (the
+// plugin's columnarBatchBytes; its default otherwise).
 import { execFile, fork, spawnSync, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import http from 'node:http'
@@ -113,7 +114,8 @@ async function serve (file: string): Promise<void> {
     jobs,
     bcryptCost: 4,
     managementUi: false, // the web page's files are not part of this build
-    getPermissions: () => ['ManageAPIKeys']
+    getPermissions: () => ['ManageAPIKeys'],
+    ...(process.env.BENCH_BATCH_BYTES === undefined ? {} : { columnarBatchBytes: Number(process.env.BENCH_BATCH_BYTES) })
   })
   app.get('/hand/parquet', async (request, reply) => reply.type('application/vnd.apache.parquet').send(handWrittenParquet(db)))
   const created = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', payload: { purpose: 'bench' } })).json()
