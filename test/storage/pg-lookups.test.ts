@@ -3,6 +3,7 @@ import t, { type Test } from 'tap'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, type TestApp } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
+import { eventually, limitedKey } from '../limit-fixtures.js'
 
 // PostgreSQL mode's key check: one round trip per request at most, shared by
 // the requests that arrive together (LookupBatch), and revocation still on
@@ -86,6 +87,29 @@ if (url !== null) {
     t.same(statuses.filter(([s]) => s === 403).length, 10, 'every wrong key refused')
     t.equal(calls.length, 100)
     t.same(c.queries.length, 3, '100 concurrent requests: 3 round trips')
+  })
+
+  t.test('a key\'s limits on PostgreSQL: a request limit costs one round trip more a call, a download slot two, the day\'s bytes none', async (t) => {
+    const { schema } = await freshSchema(t, url)
+    const c = await countedApp(t, schema)
+    const keys = {
+      none: await createKey(c.app, 'none'),
+      requests: await limitedKey(c.app, { requestsPerMinute: 100_000 }, 'requests'),
+      slots: await limitedKey(c.app, { concurrentDownloads: 5 }, 'slots'),
+      bytes: await limitedKey(c.app, { bytesPerDay: 1_000_000_000_000 }, 'bytes')
+    }
+    await assignKeys(c.app, 'dataset', Object.values(keys).map((k) => k.id))
+    const expected: Array<[keyof typeof keys, number]> = [['none', 1], ['requests', 2], ['slots', 3], ['bytes', 1]]
+    for (const [name, perRequest] of expected) {
+      c.queries.length = 0
+      const transactions = c.transactions()
+      for (let i = 0; i < 3; i++) t.same(await get(c.app, keys[name].key), [200])
+      // A slot is released once its answer has gone out: wait for the count, then check it is exact.
+      await eventually(async () => c.queries.length >= 3 * perRequest)
+      await new Promise((resolve) => setImmediate(resolve))
+      t.equal(c.queries.length, 3 * perRequest, `${name}: ${perRequest} round trip(s) a request (${c.queries.join(', ')})`)
+      t.equal(c.transactions(), transactions, `${name}: no transaction`)
+    }
   })
 
   t.test('under a crowd on instance B, a disable or regenerate on instance A is refused by every request B starts after it', async (t) => {
