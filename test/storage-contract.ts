@@ -941,6 +941,8 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       t.equal(await s.takeRequest(k.id, w - 60_000, 2), null, 'an earlier window (a clock behind) counts in the later')
       t.equal(await s.takeRequest(k.id, w + 60_000, 2), 1, 'a later window starts again')
       t.equal(await s.takeRequest(k.id, w + 60_000, 5), 2, 'a raised limit admits more at once')
+      t.equal(await s.takeRequest('a-key-deleted-since-its-lookup', w, 2), 1, 'a key deleted since its lookup: admitted, as a request under way')
+      t.equal(await s.claimDownloadSlot('a-key-deleted-since-its-lookup', 2, 'z', Date.now(), Date.now() + 1000), 0, 'and its download gets a slot')
       const many = await Promise.all(Array.from({ length: 20 }, async () => await s.takeRequest(k.id, w + 120_000, 7)))
       t.equal(many.filter((n) => n !== null).length, 7, 'concurrent takes: exactly the limit')
     })

@@ -366,6 +366,11 @@ function isPrefixTaken (err: unknown): boolean {
   return e.code === '23505' && e.constraint === 'api_keys_prefix_key'
 }
 
+/** A write that names a row gone meanwhile (a key deleted since its lookup). */
+function isForeignKeyViolation (err: unknown): boolean {
+  return (err as { code?: string }).code === '23503'
+}
+
 /**
  * An error on the way to the server (refused, reset, timed out) becomes
  * "PostgreSQL unavailable: <reason>", whose reason never names the host: the
@@ -1213,8 +1218,13 @@ export class PgStorage implements Storage {
   /** Ends the pool PgStorage made (a pool passed in stays open). Safe to call twice. */
   async takeRequest (keyId: string, windowStart: number, limit: number): Promise<number | null> {
     if (hasNul(keyId)) return null
-    const { rows } = await this.run<{ count: string }>(this.sql.takeRequest, [keyId, windowStart, limit])
-    return rows.length === 0 ? null : Number(rows[0].count)
+    try {
+      const { rows } = await this.run<{ count: string }>(this.sql.takeRequest, [keyId, windowStart, limit])
+      return rows.length === 0 ? null : Number(rows[0].count)
+    } catch (err) {
+      if (isForeignKeyViolation(err)) return 1 // the key was deleted since its lookup (Storage.takeRequest)
+      throw err
+    }
   }
 
   async claimDownloadSlot (keyId: string, limit: number, leaseId: string, now: number, expiresAt: number): Promise<number | null> {
@@ -1222,7 +1232,13 @@ export class PgStorage implements Storage {
     // A slot lost to another instance's claim is sought again, a few times:
     // each try reads a newer snapshot.
     for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-      const { rows } = await this.run<{ candidate: number | null, slot: string | null }>(this.sql.claimSlot, [keyId, limit, leaseId, now, expiresAt])
+      let rows: Array<{ candidate: number | null, slot: string | null }>
+      try {
+        ({ rows } = await this.run<{ candidate: number | null, slot: string | null }>(this.sql.claimSlot, [keyId, limit, leaseId, now, expiresAt]))
+      } catch (err) {
+        if (isForeignKeyViolation(err)) return 0 // the key was deleted since its lookup (Storage.claimDownloadSlot)
+        throw err
+      }
       const { candidate, slot } = rows[0]
       if (slot !== null) return Number(slot)
       if (candidate === null) return null

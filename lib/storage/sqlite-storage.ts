@@ -437,6 +437,11 @@ function isUniqueViolation (err: unknown): boolean {
   return (err as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE'
 }
 
+/** A write that names a row gone meanwhile (a key deleted since its lookup). */
+function isForeignKeyError (err: unknown): boolean {
+  return (err as { code?: string }).code === 'SQLITE_CONSTRAINT_FOREIGNKEY'
+}
+
 /** The embedded store: one SQLite file (WAL mode) or an in-memory database. */
 export class SqliteStorage implements Storage {
   readonly db: Database.Database
@@ -989,7 +994,7 @@ export class SqliteStorage implements Storage {
           try {
             answers.push({ count: takeRequest.get(take.params) ?? null })
           } catch (error) {
-            answers.push({ error })
+            answers.push(isForeignKeyError(error) ? { count: 1 } : { error })
           }
         }
       }).immediate()
@@ -1007,15 +1012,20 @@ export class SqliteStorage implements Storage {
   async claimDownloadSlot (keyId: string, limit: number, leaseId: string, now: number, expiresAt: number): Promise<number | null> {
     const { liveSlots, holdSlot } = this.statements
     // Read and written under the write lock: exact across processes on one file.
-    return this.db.transaction((): number | null => {
-      const held = new Set(liveSlots.all(keyId, now))
-      for (let slot = 0; slot < limit; slot++) {
-        if (held.has(slot)) continue
-        holdSlot.run(keyId, slot, leaseId, expiresAt)
-        return slot
-      }
-      return null
-    }).immediate()
+    try {
+      return this.db.transaction((): number | null => {
+        const held = new Set(liveSlots.all(keyId, now))
+        for (let slot = 0; slot < limit; slot++) {
+          if (held.has(slot)) continue
+          holdSlot.run(keyId, slot, leaseId, expiresAt)
+          return slot
+        }
+        return null
+      }).immediate()
+    } catch (error) {
+      if (isForeignKeyError(error)) return 0 // the key was deleted since its lookup
+      throw error
+    }
   }
 
   async renewDownloadSlots (slots: readonly DownloadSlot[], expiresAt: number): Promise<void> {

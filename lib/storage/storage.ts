@@ -464,14 +464,17 @@ export interface Storage {
    * unless `limit` calls are counted there already; atomic, so exact across
    * instances. Answers the calls counted in the window after this one, or
    * null when refused. One row per key: a later window starts the count
-   * again at 1, an earlier one (a clock behind) counts in the later.
+   * again at 1, an earlier one (a clock behind) counts in the later. A key
+   * deleted since its lookup is admitted (1), writing nothing: its request
+   * was checked before the deletion, like every request then under way.
    */
   takeRequest (keyId: string, windowStart: number, limit: number): Promise<number | null>
   /**
    * Claims one of a key's `limit` download slots for `leaseId` until
    * `expiresAt`: a slot is free when no lease holds it or its lease ended
    * before `now`. Answers the slot's number, or null when all are held.
-   * Never answers a slot another live lease holds, on any instance.
+   * Never answers a slot another live lease holds, on any instance. A key
+   * deleted since its lookup gets slot 0, held by nothing (as takeRequest).
    */
   claimDownloadSlot (keyId: string, limit: number, leaseId: string, now: number, expiresAt: number): Promise<number | null>
   /** Moves the end of these leases to `expiresAt` (those still held by their lease). */
