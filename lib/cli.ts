@@ -98,8 +98,8 @@ const COMMON = {
   verbose: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' }
 } as const
-const GET_OPTIONS = {
-  ...COMMON,
+/** The download's shaping parameters: `get` sends them, `link` mints a link that carries them. */
+const SHAPING = {
   format: { type: 'string' },
   entity: { type: 'string' },
   meta: { type: 'string' },
@@ -108,21 +108,17 @@ const GET_OPTIONS = {
   where: { type: 'string' },
   since: { type: 'string' },
   'since-file': { type: 'string' },
-  'archive-type': { type: 'string' },
+  'archive-type': { type: 'string' }
+} as const
+const GET_OPTIONS = {
+  ...COMMON,
+  ...SHAPING,
   output: { type: 'string', short: 'o' },
   progress: { type: 'boolean' }
 } as const
 const LINK_OPTIONS = {
   ...COMMON,
-  format: { type: 'string' },
-  entity: { type: 'string' },
-  meta: { type: 'string' },
-  limit: { type: 'string' },
-  columns: { type: 'string' },
-  where: { type: 'string' },
-  since: { type: 'string' },
-  'since-file': { type: 'string' },
-  'archive-type': { type: 'string' },
+  ...SHAPING,
   expires: { type: 'string' },
   json: { type: 'boolean' }
 } as const
