@@ -55,3 +55,16 @@ export async function assignKeys (app: FastifyInstance, type: 'dataset' | 'pipel
 
 export const DATASET_URL = '/api/acme/shop/model/1/dataset/1'
 export const PIPELINE_URL = '/api/acme/shop/model/1/pipeline/1'
+
+/** Runs `tasks` with at most `width` at once. */
+export async function inParallel<T> (width: number, tasks: Array<() => Promise<T>>): Promise<T[]> {
+  const results: T[] = []
+  let next = 0
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < tasks.length) {
+      const i = next++
+      results[i] = await tasks[i]()
+    }
+  }))
+  return results
+}

@@ -5,7 +5,7 @@ import type { DataEndpointsOptions } from '../../lib/index.js'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
 import { ROOT } from '../example-process.js'
 import { MemoryDatasets, SALES_REF, salesDataset } from '../fixtures.js'
-import { ADMIN, assignKeys, buildApp, DATASET_URL, type TestApp } from '../helper.js'
+import { ADMIN, assignKeys, buildApp, DATASET_URL, inParallel, type TestApp } from '../helper.js'
 import { eventually, freshMinute, GATED_URL, GatedDatasets, limitedKey, P } from '../limit-fixtures.js'
 import { freshSchema, pgAvailable } from '../pg.js'
 
@@ -21,19 +21,6 @@ async function twoInstances (t: Test, options: Partial<DataEndpointsOptions> = {
   const a = await buildApp(t, { storage: open(), ...options }, { forceCloseConnections: true })
   const b = await buildApp(t, { storage: open(), ...options }, { forceCloseConnections: true })
   return [a, b, schema]
-}
-
-/** Runs `tasks` with at most `width` at once. */
-async function inParallel<T> (width: number, tasks: Array<() => Promise<T>>): Promise<T[]> {
-  const results: T[] = []
-  let next = 0
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < tasks.length) {
-      const i = next++
-      results[i] = await tasks[i]()
-    }
-  }))
-  return results
 }
 
 if (url !== null) {

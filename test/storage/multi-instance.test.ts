@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import type { DataEndpointsOptions, PipelineRunner } from '../../lib/index.js'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
 import { MemoryJobs, PIPELINE_REF } from '../fixtures.js'
-import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL, type TestApp } from '../helper.js'
+import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, inParallel, PIPELINE_URL, type TestApp } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
 
 // Two hosts with the plugin on one PostgreSQL database, as two instances
@@ -31,19 +31,6 @@ async function listen (app: TestApp['app']): Promise<string> {
 async function status (app: TestApp['app'], key: string, method: 'GET' | 'POST' = 'GET'): Promise<[number, string?]> {
   const res = await app.inject({ method, url: method === 'GET' ? DATASET_URL : PIPELINE_URL, query: { api_key: key, format: 'json' } })
   return res.statusCode === 200 ? [200] : [res.statusCode, res.json().message]
-}
-
-/** Runs `tasks` with at most `width` at once. */
-async function inParallel<T> (width: number, tasks: Array<() => Promise<T>>): Promise<T[]> {
-  const results: T[] = []
-  let next = 0
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < tasks.length) {
-      const i = next++
-      results[i] = await tasks[i]()
-    }
-  }))
-  return results
 }
 
 if (url !== null) {
