@@ -116,41 +116,47 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
 
   // SPEC.md §7.4: each call is logged with its URL (api_key redacted),
   // status, message and the key prefix, never the key. Without a logger the
-  // hooks are not added at all; with one, the line (its redacted URL, and
+  // log hooks are not added at all; with one, the line (its redacted URL, and
   // the close listener below) is made only when its level writes info lines.
-  if (ctx.logs) {
-    const logged = new WeakSet<FastifyRequest>()
-    const logCall = (request: FastifyRequest, reply: FastifyReply, message: string | undefined): void => {
-      if (!logsAt(request.log, 'info') || logged.has(request)) return
-      logged.add(request)
-      request.log.info({
-        url: redactUrl(request.url),
-        statusCode: reply.statusCode,
-        message,
-        keyPrefix: request.dataEndpointKeyPrefix
-      }, 'data endpoint call')
-    }
-    app.addHook('onResponse', async (request, reply) => { logCall(request, reply, errorMessageOf(request)) })
-    // A download cut short after its headers (the source failed, the client
-    // left) never reaches onResponse; it is logged when the connection closes.
-    app.addHook('onRequest', async (request, reply) => {
-      if (!logsAt(request.log, 'info')) return
-      reply.raw.once('close', () => {
-        if (!reply.raw.writableFinished) {
-          logCall(request, reply, errorMessageOf(request) ?? 'Response not completed: the client closed the connection')
-        }
-      })
-    })
-  }
-
   // Metrics: every answer by route, status and reason. The route is the
   // path's type when it names one, so the label stays from a fixed set.
+  // Both are one synchronous onResponse hook: each async hook costs every
+  // request a promise and a turn of the microtask queue.
   const { metrics } = ctx
-  if (metrics !== null) {
-    app.addHook('onResponse', async (request, reply) => {
-      const type = (request.params as { type?: string }).type
-      const route = type === 'dataset' || type === 'pipeline' ? type : 'other'
-      metrics.request(route, reply.statusCode, reasonOf(reply.statusCode, errorCodeOf(request)))
+  const logged = new WeakSet<FastifyRequest>()
+  const logCall = (request: FastifyRequest, reply: FastifyReply, message: string | undefined): void => {
+    if (!logsAt(request.log, 'info') || logged.has(request)) return
+    logged.add(request)
+    request.log.info({
+      url: redactUrl(request.url),
+      statusCode: reply.statusCode,
+      message,
+      keyPrefix: request.dataEndpointKeyPrefix
+    }, 'data endpoint call')
+  }
+  if (ctx.logs || metrics !== null) {
+    app.addHook('onResponse', (request, reply, done) => {
+      if (ctx.logs) logCall(request, reply, errorMessageOf(request))
+      if (metrics !== null) {
+        const type = (request.params as { type?: string }).type
+        const route = type === 'dataset' || type === 'pipeline' ? type : 'other'
+        metrics.request(route, reply.statusCode, reasonOf(reply.statusCode, errorCodeOf(request)))
+      }
+      done()
+    })
+  }
+  if (ctx.logs) {
+    // A download cut short after its headers (the source failed, the client
+    // left) never reaches onResponse; it is logged when the connection closes.
+    app.addHook('onRequest', (request, reply, done) => {
+      if (logsAt(request.log, 'info')) {
+        reply.raw.once('close', () => {
+          if (!reply.raw.writableFinished) {
+            logCall(request, reply, errorMessageOf(request) ?? 'Response not completed: the client closed the connection')
+          }
+        })
+      }
+      done()
     })
   }
 
