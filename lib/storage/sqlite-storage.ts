@@ -410,6 +410,10 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
+/** findEndpointKey answers remembered at most; a project's keys times its endpoints in use is the working set. */
+const LOOKUP_MEMO_SIZE = 4096
+const DAY_MS = 86_400_000
+
 /** A key's bytes of the UTC day, when it has a bytesPerDay limit (a column of the key lookups). */
 const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
   (SELECT COALESCE(SUM(bytes), 0) FROM usage_daily u
@@ -447,6 +451,9 @@ export class SqliteStorage implements Storage {
   readonly db: Database.Database
   private readonly statements
   private readonly pageStatements = new Map<string, Database.Statement<Record<string, string | number>, unknown>>()
+  /** recent findEndpointKey answers, valid while the stamp holds (see there) */
+  private readonly lookupMemo = new Map<string, EndpointKeyLookup | null>()
+  private lookupStamp = { changes: -1, version: -1, day: -1 }
   /** takeRequest calls of this turn of the event loop, written together (takeRequests) */
   private pendingTakes: Array<{
     params: { key_id: string, window_start: number, limit: number }
@@ -467,6 +474,8 @@ export class SqliteStorage implements Storage {
       // hands back faster than objects.
       // The limits ride on it (DESIGN.md §4.3), and a key with a bytesPerDay
       // limit reads its bytes of the UTC day; a key without one reads nothing more.
+      // What tells whether a remembered lookup still holds (findEndpointKey).
+      writeStamp: db.prepare<[], [number, number]>('SELECT total_changes(), (SELECT data_version FROM pragma_data_version)').raw(),
       lookup: db.prepare<[string | null, string, string, number, string, number], LookupTuple>(
         `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at,
                 k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
@@ -641,8 +650,34 @@ export class SqliteStorage implements Storage {
     MIGRATIONS.forEach((sql, index) => apply.immediate(index + 1, sql))
   }
 
+  /**
+   * A lookup is a function of the database's contents and of the UTC day (a
+   * key's bytes of the day), so the last ones are remembered until this
+   * connection writes anything (total_changes), another connection commits
+   * (data_version: other processes on the file too), or the day turns.
+   * Reading the two counters costs a fraction of the lookup's four index
+   * searches, and a disable, delete or regenerate from anywhere still acts on
+   * the next request. The memo holds no key: only prefixes and stored rows.
+   */
   async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
     const l = locator
+    const [changes, version] = this.statements.writeStamp.get() as [number, number]
+    const day = Math.floor(Date.now() / DAY_MS)
+    const stamp = this.lookupStamp
+    if (changes !== stamp.changes || version !== stamp.version || day !== stamp.day) {
+      this.lookupMemo.clear()
+      this.lookupStamp = { changes, version, day }
+    }
+    const memoKey = `${prefix ?? ''}\0${l.organization}\0${l.project}\0${l.modelSequence}\0${l.type}\0${l.resourceSequence}`
+    const remembered = this.lookupMemo.get(memoKey)
+    if (remembered !== undefined) return remembered
+    const found = this.readEndpointKey(l, prefix)
+    if (this.lookupMemo.size >= LOOKUP_MEMO_SIZE) this.lookupMemo.clear()
+    this.lookupMemo.set(memoKey, found)
+    return found
+  }
+
+  private readEndpointKey (l: EndpointLocator, prefix: string | null): EndpointKeyLookup | null {
     const row = this.statements.lookup.get(prefix, l.organization, l.project, l.modelSequence, l.type, l.resourceSequence)
     if (row === undefined) return null
     const [endpointId, keyId, hash, isActive, expiresAt, requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday] = row

@@ -1,8 +1,10 @@
 import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import type { DataEndpointsOptions, PipelineRunner } from '../../lib/index.js'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
+import { SqliteStorage } from '../../lib/storage/sqlite-storage.js'
 import { MemoryJobs, PIPELINE_REF } from '../fixtures.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, inParallel, PIPELINE_URL, type TestApp } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
@@ -33,37 +35,58 @@ async function status (app: TestApp['app'], key: string, method: 'GET' | 'POST' 
   return res.statusCode === 200 ? [200] : [res.statusCode, res.json().message]
 }
 
+/**
+ * What one instance does, the other refuses on its very next request: for
+ * PostgreSQL, and for two SQLite handles on one file (each remembers its
+ * lookups until a write from anywhere, so this is what proves that memo).
+ */
+async function revokedEverywhere (t: Test, two: (t: Test) => Promise<[TestApp, TestApp]>): Promise<void> {
+  const [{ app: a }, { app: b }] = await two(t)
+  const k = await createKey(a, 'client')
+  const other = await createKey(a, 'other')
+  await assignKeys(a, 'dataset', [k.id, other.id])
+  await assignKeys(a, 'pipeline', [k.id])
+  t.same(await status(b, k.key), [200], 'B serves the key A made (and has now verified it once)')
+  t.same(await status(b, k.key, 'POST'), [200])
+
+  await a.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: false } })
+  t.same(await status(b, k.key), [403, 'Disabled API key'], 'disable on A: B refuses at once')
+  t.same(await status(b, k.key, 'POST'), [403, 'Disabled API key'])
+  await a.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: true } })
+  t.same(await status(b, k.key), [200], 'enable on A: B accepts at once')
+
+  const regenerated = (await a.inject({ method: 'POST', url: `${P}/keys/${k.id}/regenerate`, headers: ADMIN })).json()
+  t.same(await status(b, k.key), [403, 'Unknown API key'], 'regenerate on A: the old value fails on B')
+  t.same(await status(b, regenerated.key), [200], 'the new value works on B, assignments kept')
+  t.same(await status(b, regenerated.key, 'POST'), [200])
+
+  await assignKeys(a, 'dataset', [other.id])
+  t.same(await status(b, regenerated.key), [403, 'Unknown API key'], 'unassigned on A: refused on B')
+  t.same(await status(b, regenerated.key, 'POST'), [200], 'still assigned to the pipeline')
+
+  t.equal((await a.inject({ method: 'DELETE', url: `${P}/keys/${k.id}`, headers: ADMIN })).statusCode, 204)
+  t.same(await status(b, regenerated.key, 'POST'), [403, 'Unknown API key'], 'delete on A: refused on B')
+
+  t.same(await status(b, other.key), [200])
+  t.equal((await a.inject({ method: 'DELETE', url: `${P}/endpoints/1/dataset/1`, headers: ADMIN })).statusCode, 204)
+  t.same(await status(b, other.key), [403, 'Unknown API Endpoint'], 'endpoint deleted on A: B answers as for no endpoint')
+}
+
+/** Two app instances, each with its own SqliteStorage handle on one file. */
+async function twoSqliteInstances (t: Test): Promise<[TestApp, TestApp]> {
+  const file = join(t.testdir(), 'shared.db')
+  const a = await buildApp(t, { storage: new SqliteStorage({ filename: file }) })
+  const b = await buildApp(t, { storage: new SqliteStorage({ filename: file }) })
+  return [a, b]
+}
+
+t.test('SQLite, two handles on one file: a disable, regenerate, unassign or delete through A is refused on B\'s very next request', async (t) => {
+  await revokedEverywhere(t, twoSqliteInstances)
+})
+
 if (url !== null) {
   t.test('a disable, regenerate, unassign or delete on instance A is refused on B\'s very next request', async (t) => {
-    const [{ app: a }, { app: b }] = await twoInstances(t)
-    const k = await createKey(a, 'client')
-    const other = await createKey(a, 'other')
-    await assignKeys(a, 'dataset', [k.id, other.id])
-    await assignKeys(a, 'pipeline', [k.id])
-    t.same(await status(b, k.key), [200], 'B serves the key A made (and has now verified it once)')
-    t.same(await status(b, k.key, 'POST'), [200])
-
-    await a.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: false } })
-    t.same(await status(b, k.key), [403, 'Disabled API key'], 'disable on A: B refuses at once')
-    t.same(await status(b, k.key, 'POST'), [403, 'Disabled API key'])
-    await a.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: true } })
-    t.same(await status(b, k.key), [200], 'enable on A: B accepts at once')
-
-    const regenerated = (await a.inject({ method: 'POST', url: `${P}/keys/${k.id}/regenerate`, headers: ADMIN })).json()
-    t.same(await status(b, k.key), [403, 'Unknown API key'], 'regenerate on A: the old value fails on B')
-    t.same(await status(b, regenerated.key), [200], 'the new value works on B, assignments kept')
-    t.same(await status(b, regenerated.key, 'POST'), [200])
-
-    await assignKeys(a, 'dataset', [other.id])
-    t.same(await status(b, regenerated.key), [403, 'Unknown API key'], 'unassigned on A: refused on B')
-    t.same(await status(b, regenerated.key, 'POST'), [200], 'still assigned to the pipeline')
-
-    t.equal((await a.inject({ method: 'DELETE', url: `${P}/keys/${k.id}`, headers: ADMIN })).statusCode, 204)
-    t.same(await status(b, regenerated.key, 'POST'), [403, 'Unknown API key'], 'delete on A: refused on B')
-
-    t.same(await status(b, other.key), [200])
-    t.equal((await a.inject({ method: 'DELETE', url: `${P}/endpoints/1/dataset/1`, headers: ADMIN })).statusCode, 204)
-    t.same(await status(b, other.key), [403, 'Unknown API Endpoint'], 'endpoint deleted on A: B answers as for no endpoint')
+    await revokedEverywhere(t, twoInstances)
   })
 
   t.test('concurrent load on both instances, then a graceful close of both: calls equal the successful requests', async (t) => {

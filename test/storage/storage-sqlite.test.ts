@@ -105,6 +105,33 @@ t.test('two SqliteStorage handles on one file share keys, endpoints, counters an
   t.same(await b.claimIdempotencyKey({ endpointId, keyId: key.id }, 'k', 60_000, 'token-b'), { claimed: false, response: null })
 })
 
+t.test('a remembered lookup gives way to any write: this handle\'s, or another handle\'s on the file', async (t) => {
+  const file = join(dir, 'memo.db')
+  const a = new SqliteStorage({ filename: file })
+  const b = new SqliteStorage({ filename: file })
+  t.teardown(async () => { await a.close(); await b.close() })
+  const project = { organization: 'o', project: 'p' }
+  const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+  const key = await a.createKey({ ...project, prefix: 'CCCCCCCCCC', hash: 'h1', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
+  await a.putEndpoint(locator, [key.id], AUDIT)
+  const seen = async (): Promise<unknown> => {
+    const found = await a.findEndpointKey(locator, 'CCCCCCCCCC')
+    return found?.key === null || found === null ? found : { active: found.key.isActive, hash: found.key.hash, limits: found.key.limits }
+  }
+  t.same(await seen(), { active: true, hash: 'h1', limits: null })
+  t.same(await seen(), { active: true, hash: 'h1', limits: null }, 'asked again, the same')
+
+  await b.updateKey(project, key.id, { isActive: false }, AUDIT)
+  t.same(await seen(), { active: false, hash: 'h1', limits: null }, 'another handle\'s disable: seen on the next lookup')
+  await a.updateKey(project, key.id, { isActive: true, limits: { requestsPerMinute: 5, concurrentDownloads: null, bytesPerDay: null } }, AUDIT)
+  t.same(await seen(), { active: true, hash: 'h1', limits: { requestsPerMinute: 5, concurrentDownloads: null, bytesPerDay: null } }, 'this handle\'s own write: seen too')
+  await b.replaceKeySecret(project, key.id, { prefix: 'DDDDDDDDDD', hash: 'h2' }, AUDIT)
+  t.equal((await a.findEndpointKey(locator, 'CCCCCCCCCC'))?.key, null, 'the old prefix: no key on the next lookup')
+  t.equal((await a.findEndpointKey(locator, 'DDDDDDDDDD'))?.key?.hash, 'h2')
+  await b.deleteEndpoint(locator, AUDIT)
+  t.equal(await a.findEndpointKey(locator, 'DDDDDDDDDD'), null, 'the endpoint deleted through b: none')
+})
+
 t.test('a write blocked by another handle\'s lock fails after busyTimeout instead of hanging', async (t) => {
   const file = join(dir, 'busy.db')
   const a = new SqliteStorage({ filename: file })
