@@ -251,7 +251,8 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
 
       let matches: boolean
       try {
-        matches = await verifier.verify(key.hash, supplied as string)
+        const verdict = verifier.verify(key.hash, supplied as string)
+        matches = typeof verdict === 'boolean' ? verdict : await verdict
       } catch (err) {
         if (err instanceof VerificationBusyError) {
           // Mostly a flood's (a key's owner needs one place in its key's

@@ -82,8 +82,13 @@ export class KeyVerifier {
     return this.inFlightByValue.get(this.hmac(value))
   }
 
-  /** Whether `value` matches `hash`. @throws VerificationBusyError when the key's line or the whole queue is full */
-  async verify (hash: string, value: string): Promise<boolean> {
+  /**
+   * Whether `value` matches `hash`: at once when the memo knows (the usual
+   * case: no promise, no turn of the microtask queue), else when the
+   * comparison ends.
+   * @throws VerificationBusyError (as a rejection) when the key's line or the whole queue is full
+   */
+  verify (hash: string, value: string): boolean | Promise<boolean> {
     // The clock is read only when someone watches: this is the hot path.
     const started = this.observe === undefined ? 0 : performance.now()
     const memoKey = this.memoKey(hash, value)
@@ -91,11 +96,14 @@ export class KeyVerifier {
     if (this.mismatches.has(memoKey)) return this.memoHit(false, started)
     // Concurrent first requests with the same key share one comparison.
     const pending = this.inFlight.get(memoKey) ?? this.startComparison(memoKey, hash, value)
-    if (this.observe === undefined) return pending
+    return this.observe === undefined ? pending : this.observed(pending, started)
+  }
+
+  private async observed (pending: Promise<boolean>, started: number): Promise<boolean> {
     try {
       return await pending
     } finally {
-      this.observe('miss', (performance.now() - started) / 1000)
+      this.observe?.('miss', (performance.now() - started) / 1000)
     }
   }
 
