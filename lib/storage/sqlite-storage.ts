@@ -474,8 +474,11 @@ export class SqliteStorage implements Storage {
       // hands back faster than objects.
       // The limits ride on it (DESIGN.md §4.3), and a key with a bytesPerDay
       // limit reads its bytes of the UTC day; a key without one reads nothing more.
-      // What tells whether a remembered lookup still holds (findEndpointKey).
-      writeStamp: db.prepare<[], [number, number]>('SELECT total_changes(), (SELECT data_version FROM pragma_data_version)').raw(),
+      // What tells whether a remembered lookup still holds (findEndpointKey):
+      // two statements, since pragma_data_version in a SELECT prepares its
+      // PRAGMA again on every run (four times the cost here).
+      ownChanges: db.prepare<[], number>('SELECT total_changes()').pluck(),
+      dataVersion: db.prepare<[], number>('PRAGMA data_version').pluck(),
       lookup: db.prepare<[string | null, string, string, number, string, number], LookupTuple>(
         `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at,
                 k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
@@ -661,7 +664,8 @@ export class SqliteStorage implements Storage {
    */
   async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
     const l = locator
-    const [changes, version] = this.statements.writeStamp.get() as [number, number]
+    const changes = this.statements.ownChanges.get() as number
+    const version = this.statements.dataVersion.get() as number
     const day = Math.floor(Date.now() / DAY_MS)
     const stamp = this.lookupStamp
     if (changes !== stamp.changes || version !== stamp.version || day !== stamp.day) {
