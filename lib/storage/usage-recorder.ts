@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Storage, UsageBatch, UsageOutcome } from './storage.js'
+import type { Storage, UsageBatch, UsageCount, UsageOutcome } from './storage.js'
 import { bucketStart, countId, DAY_MS, HOUR_MS } from './usage-buckets.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
@@ -33,6 +33,8 @@ export class UsageRecorder {
   private flushing: Promise<void> | null = null
   /** the batch being written now, whose bytes are not in storage yet */
   private writing: UsageBatch | null = null
+  /** the `ok` count `record` added to last, in the batch it belongs to */
+  private lastOk: { batch: UsageBatch, hour: number, endpointId: string, keyId: string, count: UsageCount } | null = null
   private readonly timer: NodeJS.Timeout
 
   constructor (
@@ -49,10 +51,22 @@ export class UsageRecorder {
   /** A successful authentication: `calls`, the key's last use and an `ok` count. */
   record (endpointId: string, keyId: string): void {
     const now = Date.now()
-    const { calls, lastUsed } = this.batch
+    const batch = this.batch
+    const { calls, lastUsed } = batch
     calls.set(endpointId, (calls.get(endpointId) ?? 0) + 1)
-    lastUsed.set(keyId, new Date(now))
-    this.count(now, endpointId, keyId, 'ok')
+    // One Date per key and batch, moved forward, rather than one per request.
+    const at = lastUsed.get(keyId)
+    if (at === undefined) lastUsed.set(keyId, new Date(now))
+    else if (at.getTime() < now) at.setTime(now)
+    // The same key on the same endpoint in the same hour as the last call:
+    // its count is at hand, without making its id and finding it again.
+    const hour = bucketStart(now, HOUR_MS)
+    const last = this.lastOk
+    if (last !== null && last.batch === batch && last.hour === hour && last.endpointId === endpointId && last.keyId === keyId) {
+      last.count.count++
+      return
+    }
+    this.lastOk = { batch, hour, endpointId, keyId, count: this.count(now, endpointId, keyId, 'ok') }
   }
 
   /** A refused request to an endpoint that exists, for its usage history. */
@@ -91,12 +105,18 @@ export class UsageRecorder {
     return bytes
   }
 
-  private count (now: number, endpointId: string, keyId: string | null, outcome: UsageOutcome): void {
+  /** Adds one to a count of the batch; answers that count. */
+  private count (now: number, endpointId: string, keyId: string | null, outcome: UsageOutcome): UsageCount {
     const hour = bucketStart(now, HOUR_MS)
     const id = countId(hour, endpointId, keyId, outcome)
     const seen = this.batch.counts.get(id)
-    if (seen === undefined) this.batch.counts.set(id, { hour, endpointId, keyId, outcome, count: 1 })
-    else seen.count++
+    if (seen !== undefined) {
+      seen.count++
+      return seen
+    }
+    const made: UsageCount = { hour, endpointId, keyId, outcome, count: 1 }
+    this.batch.counts.set(id, made)
+    return made
   }
 
   /** Number of increments not yet written. */
