@@ -8,6 +8,7 @@ import {
   type UsageBatch, type UsageCount, type UsageRow, type LinkRecord, type NewLink
 } from '../lib/storage/storage.js'
 import { countId } from '../lib/storage/usage-buckets.js'
+import { usageRowsOf } from '../lib/storage/usage-columns.js'
 
 // The storage contract (lib/storage/storage.ts): one file, run against every adapter
 // (test/storage/storage-sqlite.test.ts, test/storage/storage-pg.test.ts). Each case works in
@@ -75,10 +76,26 @@ function byId<T extends { id: string }> (list: T[]): T[] {
   return [...list].sort((a, b) => (a.id < b.id ? -1 : 1))
 }
 
+/**
+ * An adapter with `queryUsageColumns`: every `queryUsage` of the contract
+ * also asks for the columns, which must hold the same rows.
+ */
+function columnsChecked (t: Test, storage: Storage): Storage {
+  const columns = storage.queryUsageColumns?.bind(storage)
+  if (columns === undefined) return storage
+  const rows = storage.queryUsage.bind(storage)
+  storage.queryUsage = async (project, query) => {
+    const answer = await rows(project, query)
+    t.same(usageRowsOf(await columns(project, query)), answer, 'queryUsageColumns holds the rows queryUsage answers')
+    return answer
+  }
+  return storage
+}
+
 export async function storageContract (t: Test, name: string, open: () => Promise<Storage>, options: ContractOptions = {}): Promise<void> {
   await t.test(`storage contract: ${name}`, async (t) => {
     async function store (t: Test): Promise<Storage> {
-      const storage = await open()
+      const storage = columnsChecked(t, await open())
       t.teardown(() => storage.close())
       return storage
     }
@@ -86,7 +103,7 @@ export async function storageContract (t: Test, name: string, open: () => Promis
     /** A store that holds nothing but what the case writes, so that a prune's count is exact. */
     async function emptyStore (t: Test): Promise<Storage> {
       if (options.fresh === undefined && options.shared === true) throw new Error('storageContract: a shared adapter needs options.fresh')
-      const storage = options.fresh === undefined ? await open() : await options.fresh(t)
+      const storage = columnsChecked(t, options.fresh === undefined ? await open() : await options.fresh(t))
       t.teardown(() => storage.close())
       return storage
     }

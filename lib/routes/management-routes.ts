@@ -11,6 +11,7 @@ import { sendError } from './error-reply.js'
 import { strictValidatorCompiler } from './validator-compiler.js'
 import { EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, readTimestamp } from '../inputs.js'
 import { usageAnswerWithTurns } from './usage-answer.js'
+import { usageColumnsOf } from '../storage/usage-columns.js'
 import {
   BadRequestError, DatasetNotFoundError, EndpointNotFoundError, InternalServerError, KeyNotFoundError,
   LinkNotFoundError, ManagementNotAuthorizedError, PipelineNotFoundError
@@ -395,7 +396,10 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
       new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
     // A store that counts refuses a range over the cap without reading its rows.
     if (storage.countUsage !== undefined && await storage.countUsage(request.params, query) > limit) throw overCap()
-    const rows = await storage.queryUsage(request.params, query)
+    // Columns when the store gives them: no object per row of a long history.
+    const rows = storage.queryUsageColumns !== undefined
+      ? await storage.queryUsageColumns(request.params, query)
+      : usageColumnsOf(await storage.queryUsage(request.params, query))
     if (rows.length > limit) throw overCap()
     // The schema documents the answer; usageAnswerPieces writes its bytes,
     // streamed a piece at a time (Fastify pipes it, with backpressure), with

@@ -1,5 +1,5 @@
 import { setImmediate } from 'node:timers/promises'
-import type { UsageRow } from '../storage/storage.js'
+import type { UsageColumns, UsageSeriesName } from '../storage/storage.js'
 
 /** Bytes in one piece of the answer (well under a millisecond's work). */
 export const USAGE_PIECE_BYTES = 65_536
@@ -19,7 +19,7 @@ const PIECES_PER_TURN = 4
  * piece in process.nextTick callbacks, never leaving the event loop's turn
  * while the socket takes it all: megabytes, tens of milliseconds.
  */
-export async function * usageAnswerWithTurns (granularity: 'hour' | 'day', rows: readonly UsageRow[]): AsyncGenerator<Buffer, void, undefined> {
+export async function * usageAnswerWithTurns (granularity: 'hour' | 'day', rows: UsageColumns): AsyncGenerator<Buffer, void, undefined> {
   let pieces = 0
   for (const piece of usageAnswerPieces(granularity, rows)) {
     if (pieces++ > 0 && pieces % PIECES_PER_TURN === 1) await setImmediate()
@@ -38,25 +38,27 @@ export async function * usageAnswerWithTurns (granularity: 'hour' | 'day', rows:
  * copied from texts made once: a start's, and a series' (endpoint, key and
  * outcome), so a row makes no garbage; strings built a row at a time made so
  * much that the young generation's collections held the event loop for tens
- * of milliseconds on a year of all keys by day.
+ * of milliseconds on a year of all keys by day. The rows come as columns
+ * (UsageColumns) for the same reason.
  */
-export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly UsageRow[]): Generator<Buffer, void, undefined> {
+export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageColumns): Generator<Buffer, void, undefined> {
   let piece = Buffer.allocUnsafe(USAGE_PIECE_BYTES)
   let at = piece.write('{"granularity":' + JSON.stringify(granularity) + ',"rows":[')
   let startTime = NaN
   let startText = Buffer.alloc(0) // '{"start":"…"'
-  // endpoint id -> key id ('\0null' for none: ids never hold NUL) -> outcome -> ',"endpointId":…,"keyId":…,"outcome":…,"count":'
-  const seriesTexts = new Map<string, Map<string, Map<string, Buffer>>>()
+  // per series: ',"endpointId":…,"keyId":…,"outcome":…,"count":'
+  const seriesTexts: Array<Buffer | undefined> = []
+  const { starts, seriesOf, counts, bytes: byteCounts } = rows
   for (let i = 0; i < rows.length; i++) {
-    const row = rows[i]
-    const time = row.start.getTime()
+    const time = starts[i]
     if (time !== startTime) {
       startTime = time
-      startText = Buffer.from('{"start":' + JSON.stringify(row.start.toISOString()))
+      startText = Buffer.from('{"start":' + JSON.stringify(new Date(time).toISOString()))
     }
-    const series = seriesText(seriesTexts, row)
-    const count = numberText(row.count)
-    const bytes = numberText(row.bytes ?? 0)
+    const s = seriesOf[i]
+    const series = seriesTexts[s] ??= seriesText(rows.series[s])
+    const count = numberText(counts[i])
+    const bytes = numberText(byteCounts[i])
     // comma, start, series, count, ',"bytes":', bytes, '}'
     const size = 1 + startText.length + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
     if (at + size > piece.length) {
@@ -67,9 +69,9 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly
     if (i > 0) piece[at++] = COMMA
     at += startText.copy(piece, at)
     at += series.copy(piece, at)
-    at = count === null ? writeDigits(piece, at, row.count) : at + count.copy(piece, at)
+    at = count === null ? writeDigits(piece, at, counts[i]) : at + count.copy(piece, at)
     at += BYTES.copy(piece, at)
-    at = bytes === null ? writeDigits(piece, at, row.bytes ?? 0) : at + bytes.copy(piece, at)
+    at = bytes === null ? writeDigits(piece, at, byteCounts[i]) : at + bytes.copy(piece, at)
     piece[at++] = CLOSE
   }
   if (at + 2 > piece.length) {
@@ -81,19 +83,9 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: readonly
   yield piece.subarray(0, at)
 }
 
-function seriesText (texts: Map<string, Map<string, Map<string, Buffer>>>, row: UsageRow): Buffer {
-  let byKey = texts.get(row.endpointId)
-  if (byKey === undefined) texts.set(row.endpointId, byKey = new Map())
-  const key = row.keyId ?? '\0null'
-  let byOutcome = byKey.get(key)
-  if (byOutcome === undefined) byKey.set(key, byOutcome = new Map())
-  let text = byOutcome.get(row.outcome)
-  if (text === undefined) {
-    text = Buffer.from(',"endpointId":' + JSON.stringify(row.endpointId) + ',"keyId":' + (row.keyId === null ? 'null' : JSON.stringify(row.keyId)) +
-      ',"outcome":' + JSON.stringify(row.outcome) + ',"count":')
-    byOutcome.set(row.outcome, text)
-  }
-  return text
+function seriesText (series: UsageSeriesName): Buffer {
+  return Buffer.from(',"endpointId":' + JSON.stringify(series.endpointId) + ',"keyId":' + (series.keyId === null ? 'null' : JSON.stringify(series.keyId)) +
+    ',"outcome":' + JSON.stringify(series.outcome) + ',"count":')
 }
 
 /** null for a safe non-negative integer (writeDigits writes it), else its JSON text. */

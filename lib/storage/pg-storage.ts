@@ -6,7 +6,7 @@ import {
   PrefixTakenError,
   type ApiKeyPatch, type ApiKeyRecord, type EndpointKeyLookup, type EndpointKeySummary, type EndpointLocator,
   type EndpointRecord, type IdempotencyClaim, type NewApiKey, type ProjectRef, type PutEndpointResult,
-  type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
+  type ResourceType, type Storage, type UsageBatch, type UsageColumns, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
   NO_LIMITS, type DownloadSlot, type KeyLimits,
@@ -21,7 +21,8 @@ import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
 import { fromRow, insertSql, toColumns } from './table-list.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 import { LookupBatch } from './lookup-batch.js'
-import { mergeSeries } from './usage-series.js'
+import { mergeSeriesColumns } from './usage-series.js'
+import { usageColumns, usageColumnsOf, usageRowsOf } from './usage-columns.js'
 
 // pg is loaded when the first PgStorage is made, not with the plugin: a host
 // on SQLite alone does not carry the driver (some 8 MB of memory).
@@ -784,13 +785,22 @@ export class PgStorage implements Storage {
    * rows than there are needs that (the usage route counts first).
    */
   async queryUsage (project: ProjectRef, query: UsageQuery): Promise<UsageRow[]> {
-    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return []
+    return usageRowsOf(await this.queryUsageColumns(project, query))
+  }
+
+  async queryUsageColumns (project: ProjectRef, query: UsageQuery): Promise<UsageColumns> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return usageColumns(0)
     const params = this.usageParams(project, query)
     const series = (await this.run<{ endpoint_id: string, key_id: string, outcome: UsageOutcome, n: number, points: string }>(
       this.sql.usageSeries[query.granularity], [...params, query.limit + 1])).rows
     if (series.reduce((sum, s) => sum + s.n, 0) <= query.limit) {
-      return mergeSeries(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
+      return mergeSeriesColumns(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
     }
+    return usageColumnsOf(await this.orderedUsage(params, query))
+  }
+
+  /** The first `query.limit` buckets sorted by the database: for a range that holds more. */
+  private async orderedUsage (params: unknown[], query: UsageQuery): Promise<UsageRow[]> {
     const { rows } = await this.run<{ start_ms: number, endpoint_id: string, key_id: string, outcome: UsageOutcome, count: string, bytes: string }>(
       this.sql.usageOrdered[query.granularity], [...params, query.limit])
     // Rows come by start: consecutive rows share one Date.

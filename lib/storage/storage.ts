@@ -166,6 +166,29 @@ export interface UsageRow {
   bytes?: number
 }
 
+/** The endpoint, key and outcome a run of usage rows shares (see UsageColumns). */
+export interface UsageSeriesName {
+  endpointId: string
+  keyId: string | null
+  outcome: UsageOutcome
+}
+
+/**
+ * Usage rows as columns, in the order `queryUsage` answers them: row `i` is
+ * `series[seriesOf[i]]` at `starts[i]` (ms since the epoch) with
+ * `counts[i]` and `bytes[i]`. A long history then costs typed arrays instead
+ * of an object per row, which the collector would otherwise copy and mark
+ * while the answer is written (pauses of 10-16 ms on a year of 100 keys).
+ */
+export interface UsageColumns {
+  length: number
+  series: UsageSeriesName[]
+  starts: Float64Array
+  seriesOf: Uint32Array
+  counts: Float64Array
+  bytes: Float64Array
+}
+
 /** Who made a management change, for its audit entry: what the host's `getActor` answered. */
 export interface AuditContext {
   actor: string | null
@@ -373,6 +396,11 @@ export interface Storage {
    * row cap without reading the rows.
    */
   countUsage? (project: ProjectRef, query: UsageQuery): Promise<number>
+  /**
+   * Optional: what `queryUsage` answers, as columns. The usage route prefers
+   * it: a long history is then written without an object per row.
+   */
+  queryUsageColumns? (project: ProjectRef, query: UsageQuery): Promise<UsageColumns>
   /** Deletes history buckets that start before `before`; answers how many. */
   pruneUsage (before: Date): Promise<number>
 

@@ -1,5 +1,6 @@
 import { setImmediate } from 'node:timers/promises'
-import type { UsageOutcome, UsageRow } from './storage.js'
+import type { UsageColumns, UsageOutcome, UsageRow } from './storage.js'
+import { usageColumns, usageRowsOf } from './usage-columns.js'
 
 /**
  * One series of the usage history: the buckets of one endpoint, key and
@@ -33,23 +34,25 @@ const byCode = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
  * and SQLite do), at most `limit`. The series are taken in that order and
  * their points put in a bucket per start, so each bucket is in order as it
  * fills; then the starts are sorted. No long work in one go: the event loop
- * gets a turn every TURN points and rows. Rows of one start share one Date.
+ * gets a turn every TURN points and rows. Written as columns: no object
+ * per row.
  */
-export async function mergeSeries (series: readonly UsageSeries[], limit: number): Promise<UsageRow[]> {
+export async function mergeSeriesColumns (series: readonly UsageSeries[], limit: number): Promise<UsageColumns> {
   const ordered = [...series].sort((a, b) => byCode(a.endpointId, b.endpointId) || byCode(a.keyId, b.keyId) || byCode(a.outcome, b.outcome))
   // start (seconds) -> [series index, count, bytes, series index, count, bytes, ...]
   const byStart = new Map<number, number[]>()
   let work = 0
-  for (const [index, { points }] of ordered.entries()) {
-    if (points === '') continue
+  let points = 0
+  for (const [index, { points: text }] of ordered.entries()) {
+    if (text === '') continue
     // Digits read in place: no substring per number (less garbage to collect).
     let start = 0
     let count = 0
     let colons = 0
     let value = 0
     let sign = 1 // a start before 1970 is negative
-    for (let at = 0; at <= points.length; at++) {
-      const code = at < points.length ? points.charCodeAt(at) : COMMA
+    for (let at = 0; at <= text.length; at++) {
+      const code = at < text.length ? text.charCodeAt(at) : COMMA
       if (code === COLON) {
         if (colons++ === 0) start = sign * value
         else count = value
@@ -63,6 +66,7 @@ export async function mergeSeries (series: readonly UsageSeries[], limit: number
         const bucket = byStart.get(start)
         if (bucket === undefined) byStart.set(start, [index, count, bytes])
         else bucket.push(index, count, bytes)
+        points++
         value = 0
         colons = 0
         if (++work % TURN === 0) await setImmediate()
@@ -73,17 +77,25 @@ export async function mergeSeries (series: readonly UsageSeries[], limit: number
   }
   const starts = [...byStart.keys()].sort((a, b) => a - b)
   await setImmediate()
-  const keyIds = ordered.map((s) => (s.keyId === '' ? null : s.keyId))
-  const rows: UsageRow[] = []
+  const columns = usageColumns(Math.min(points, limit))
+  columns.series = ordered.map((s) => ({ endpointId: s.endpointId, keyId: s.keyId === '' ? null : s.keyId, outcome: s.outcome }))
+  let n = 0
   for (const start of starts) {
-    const at = new Date(start * 1000)
     const bucket = byStart.get(start) as number[]
-    for (let i = 0; i < bucket.length && rows.length < limit; i += 3) {
-      const s = bucket[i]
-      rows.push({ start: at, endpointId: ordered[s].endpointId, keyId: keyIds[s], outcome: ordered[s].outcome, count: bucket[i + 1], bytes: bucket[i + 2] })
-      if (rows.length % TURN === 0) await setImmediate()
+    for (let i = 0; i < bucket.length && n < limit; i += 3) {
+      columns.starts[n] = start * 1000
+      columns.seriesOf[n] = bucket[i]
+      columns.counts[n] = bucket[i + 1]
+      columns.bytes[n] = bucket[i + 2]
+      if (++n % TURN === 0) await setImmediate()
     }
-    if (rows.length >= limit) break
+    if (n >= limit) break
   }
-  return rows
+  columns.length = n
+  return columns
+}
+
+/** mergeSeriesColumns as rows (what queryUsage answers). */
+export async function mergeSeries (series: readonly UsageSeries[], limit: number): Promise<UsageRow[]> {
+  return usageRowsOf(await mergeSeriesColumns(series, limit))
 }

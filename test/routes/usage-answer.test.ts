@@ -1,11 +1,12 @@
 import { test } from 'tap'
 import { USAGE_PIECE_BYTES, usageAnswerPieces, usageAnswerWithTurns } from '../../lib/routes/usage-answer.js'
 import type { UsageRow } from '../../lib/storage/storage.js'
+import { usageColumnsOf, usageRowsOf } from '../../lib/storage/usage-columns.js'
 
 // The usage route writes its answer by hand (lib/routes/usage-answer.ts); it
 // must be exactly what JSON.stringify makes of the documented object.
 function usageAnswerJson (granularity: 'hour' | 'day', rows: UsageRow[]): string {
-  return Buffer.concat([...usageAnswerPieces(granularity, rows)]).toString('utf8')
+  return Buffer.concat([...usageAnswerPieces(granularity, usageColumnsOf(rows))]).toString('utf8')
 }
 
 function reference (granularity: 'hour' | 'day', rows: UsageRow[]): string {
@@ -41,7 +42,7 @@ test('a long answer comes in pieces of at most 64 KiB, together the same bytes',
     count: i % 13 === 0 ? 9_007_199_254_740_991 : i,
     bytes: i % 3 === 0 ? 2 ** 40 + i : 0
   }))
-  const pieces = [...usageAnswerPieces('hour', rows)]
+  const pieces = [...usageAnswerPieces('hour', usageColumnsOf(rows))]
   const expected = reference('hour', rows)
   t.ok(pieces.length > Buffer.byteLength(expected) / USAGE_PIECE_BYTES, `${pieces.length} pieces`)
   t.ok(pieces.every((p) => p.length <= USAGE_PIECE_BYTES && p.length > 0), 'none longer than 64 KiB, none empty')
@@ -67,11 +68,28 @@ test('the streamed answer is the same bytes, with turns of the event loop betwee
   let consumed = 0
   setImmediate(() => { turned = consumed })
   const pieces: Buffer[] = []
-  for await (const piece of usageAnswerWithTurns('day', rows)) {
+  for await (const piece of usageAnswerWithTurns('day', usageColumnsOf(rows))) {
     pieces.push(piece)
     consumed++
   }
   t.ok(pieces.length > 8, `${pieces.length} pieces`)
   t.equal(Buffer.concat(pieces).toString('utf8'), reference('day', rows), 'the same bytes as JSON.stringify')
   t.ok(turned > 0 && turned < pieces.length, `the event loop turned after ${turned} of ${pieces.length} pieces`)
+})
+
+test('usage rows as columns and back: the same rows, each series named once', async (t) => {
+  const hour = Date.UTC(2030, 0, 1, 10)
+  const rows: UsageRow[] = Array.from({ length: 500 }, (_, i) => ({
+    start: new Date(hour + Math.floor(i / 7) * 3_600_000),
+    endpointId: `e${i % 3}`,
+    keyId: i % 4 === 0 ? null : `k${i % 5}`,
+    outcome: i % 6 === 0 ? 'unknown_key' : 'ok',
+    count: i,
+    bytes: i % 2 === 0 ? 2 ** 40 + i : 0
+  }))
+  const columns = usageColumnsOf(rows)
+  t.equal(columns.length, 500)
+  t.equal(columns.series.length, new Set(rows.map((r) => `${r.endpointId} ${r.keyId} ${r.outcome}`)).size, 'one series per endpoint, key and outcome')
+  t.same(usageRowsOf(columns), rows)
+  t.same(usageRowsOf(usageColumnsOf([])), [])
 })

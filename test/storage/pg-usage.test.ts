@@ -18,10 +18,10 @@ if (url !== null) {
     const k = await createKey(app)
     await assignKeys(app, 'dataset', [k.id])
     const reads: string[] = []
-    const queryUsage = storage.queryUsage.bind(storage)
-    storage.queryUsage = async (project, query) => {
+    const queryUsageColumns = storage.queryUsageColumns.bind(storage)
+    storage.queryUsageColumns = async (project, query) => {
       reads.push(query.granularity)
-      return queryUsage(project, query)
+      return queryUsageColumns(project, query)
     }
     for (let i = 0; i < 3; i++) await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
     await app.inject({ url: DATASET_URL, query: { api_key: `${k.prefix}-${'y'.repeat(21)}` } })
