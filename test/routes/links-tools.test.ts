@@ -1,19 +1,16 @@
 import { execFile } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { promisify } from 'node:util'
 import { chromium } from 'playwright-core'
 import t from 'tap'
+import { CHROMIUM, CHROMIUM_ARGS, chromiumAvailable } from '../chromium.js'
 import { assignKeys, buildApp, createKey, DATASET_URL } from '../helper.js'
 import { parseCsv } from '../format-readers.js'
 
 // Issue 24's "done when": a link pasted into curl and into a browser
 // downloads the data with no key in the URL, over real HTTP. (DuckDB reading a
 // downloaded link is in links.test.ts.)
-
-const CHROMIUM = '/usr/bin/chromium'
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-quic', '--no-first-run', '--disable-sync']
 
 t.test('a link works pasted into curl and into Chromium', async (t) => {
   const { app } = await buildApp(t)
@@ -38,13 +35,8 @@ t.test('a link works pasted into curl and into Chromium', async (t) => {
   t.equal(stdout, await keyed('format=csv&entity=customers'), 'curl: the keyed GET\'s csv')
   t.equal(parseCsv(stdout).length, 4)
 
-  if (!existsSync(CHROMIUM)) {
-    const message = `Chromium not found at ${CHROMIUM}; install Debian's chromium package to run the browser part`
-    if (process.env.DATA_ENDPOINTS_REQUIRE_PG === '1') t.fail(message + ' (required: DATA_ENDPOINTS_REQUIRE_PG=1)')
-    else t.pass(message, { skip: true })
-    return
-  }
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS })
+  if (!chromiumAvailable(t, 'the browser part')) return
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS })
   t.teardown(async () => { await browser.close() })
   const page = await (await browser.newContext({ acceptDownloads: true })).newPage()
 

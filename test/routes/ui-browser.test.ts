@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core'
+import type { BrowserContext, Locator, Page } from 'playwright-core'
 import t, { type Test } from 'tap'
+import { chromiumAvailable, sharedBrowserContext } from '../chromium.js'
 import { salesDataset, SALES_REF } from '../fixtures.js'
 import { buildApp, DATASET_URL, type TestApp } from '../helper.js'
 import { buildScaleProject, scalePlace, scalePurpose } from '../scale-project.js'
@@ -19,22 +18,11 @@ import type { DataEndpointsOptions } from '../../lib/index.js'
 // the file skips with one line, or fails when DATA_ENDPOINTS_REQUIRE_PG=1
 // (CI), as the PostgreSQL tests do.
 
-const CHROMIUM = '/usr/bin/chromium'
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-quic', '--no-first-run', '--disable-sync']
 const ARTIFACTS = new URL('../artifacts/', import.meta.url)
 const TOKEN = randomBytes(16).toString('hex')
 const KEY = /^[A-Za-z0-9]{10}-[A-Za-z0-9]{21}$/
 
-function chromiumAvailable (t: Test): boolean {
-  if (existsSync(CHROMIUM)) return true
-  const message = `Chromium not found at ${CHROMIUM}; install Debian's chromium package to run the browser tests`
-  if (process.env.DATA_ENDPOINTS_REQUIRE_PG === '1') t.fail(message + ' (required: DATA_ENDPOINTS_REQUIRE_PG=1)')
-  else t.pass(message, { skip: true })
-  return false
-}
-
-let context: BrowserContext
+let context: () => BrowserContext
 
 /** A listening host whose management API accepts `Authorization: Bearer <TOKEN>`, and a page on it. */
 async function openPage (t: Test, options: Partial<DataEndpointsOptions> = {}): Promise<{ page: Page, base: string, problems: string[], host: TestApp }> {
@@ -45,8 +33,8 @@ async function openPage (t: Test, options: Partial<DataEndpointsOptions> = {}): 
   const { app } = host
   await app.listen({ host: '127.0.0.1', port: 0 })
   const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
-  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base })
-  const page = await context.newPage()
+  await context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base })
+  const page = await context().newPage()
   t.teardown(() => page.close())
   // Script errors and CSP refusals; 4xx answers of the API are expected.
   const problems: string[] = []
@@ -212,14 +200,7 @@ async function untilLive (page: Page, which: 'old' | 'new', n: number): Promise<
 }
 
 if (chromiumAvailable(t)) {
-  const userDataDir = mkdtempSync(join(tmpdir(), 'data-endpoints-chromium-'))
-  t.before(async () => {
-    context = await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args: ARGS })
-  })
-  t.teardown(async () => {
-    await context?.close()
-    rmSync(userDataDir, { recursive: true, force: true })
-  })
+  context = sharedBrowserContext(t)
 
   t.test('create a key by keyboard, use it over HTTP, disable it, delete it', async (t) => {
     const { page, base, problems } = await openPage(t)

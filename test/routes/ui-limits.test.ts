@@ -1,8 +1,5 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { chromium, type BrowserContext } from 'playwright-core'
-import t, { type Test } from 'tap'
+import t from 'tap'
+import { chromiumAvailable, sharedBrowserContext } from '../chromium.js'
 import { assignKeys, buildApp, createKey, DATASET_URL } from '../helper.js'
 
 // The management page and per-key limits (issue 26), in a real headless
@@ -10,29 +7,10 @@ import { assignKeys, buildApp, createKey, DATASET_URL } from '../helper.js'
 // downloads and 10 GB a day; the row shows them, the audit log tells the
 // change, and refusals for limits are drawn in their own colour.
 
-const CHROMIUM = '/usr/bin/chromium'
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-quic', '--no-first-run', '--disable-sync']
 const TOKEN = 'limits-page-token'
 
-function chromiumAvailable (t: Test): boolean {
-  if (existsSync(CHROMIUM)) return true
-  const message = `Chromium not found at ${CHROMIUM}; install Debian's chromium package to run the browser tests`
-  if (process.env.DATA_ENDPOINTS_REQUIRE_PG === '1') t.fail(message + ' (required: DATA_ENDPOINTS_REQUIRE_PG=1)')
-  else t.pass(message, { skip: true })
-  return false
-}
-
 if (chromiumAvailable(t)) {
-  const userDataDir = mkdtempSync(join(tmpdir(), 'data-endpoints-chromium-'))
-  let context: BrowserContext
-  t.before(async () => {
-    context = await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args: ARGS })
-  })
-  t.teardown(async () => {
-    await context?.close()
-    rmSync(userDataDir, { recursive: true, force: true })
-  })
+  const context = sharedBrowserContext(t)
 
   t.test('limits shown, edited and audited on the page; refusals for limits in their own colour', async (t) => {
     const { app } = await buildApp(t, {
@@ -41,7 +19,7 @@ if (chromiumAvailable(t)) {
     const k = await createKey(app, 'script')
     await assignKeys(app, 'dataset', [k.id])
     const base = await app.listen({ host: '127.0.0.1', port: 0 })
-    const page = await context.newPage()
+    const page = await context().newPage()
     t.teardown(() => page.close())
     const problems: string[] = []
     page.on('pageerror', (err) => problems.push(err.message))
