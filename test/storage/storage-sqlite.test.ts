@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import Database from 'better-sqlite3'
 import { MIGRATIONS, SqliteStorage } from '../../lib/storage/sqlite-storage.js'
 import { storageContract } from '../storage-contract.js'
@@ -84,59 +84,58 @@ t.test('a file from before records were per key: its records hold for the whole 
   t.same(await s.claimIdempotencyKey({ endpointId: 'other', keyId: 'k1' }, 'answered', 60_000, 'z'), { claimed: true }, 'on its own endpoint only')
 })
 
-t.test('two SqliteStorage handles on one file share keys, endpoints, counters and claims', async (t) => {
-  const file = join(dir, 'two.db')
+/** Two handles on one new file, closed after the test (`b` with its own options). */
+function twoHandles (t: Test, name: string, bOptions: { busyTimeout?: number } = {}): [SqliteStorage, SqliteStorage] {
+  const file = join(dir, name)
   const a = new SqliteStorage({ filename: file })
-  const b = new SqliteStorage({ filename: file })
+  const b = new SqliteStorage({ filename: file, ...bOptions })
   t.teardown(async () => { await a.close(); await b.close() })
-  const project = { organization: 'o', project: 'p' }
-  const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+  return [a, b]
+}
 
-  const key = await a.createKey({ ...project, prefix: 'BBBBBBBBBB', hash: 'h', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
-  const put = await b.putEndpoint(locator, [key.id], AUDIT)
+/** A project and its dataset endpoint 1/1, for the two-handle tests. */
+const PROJECT = { organization: 'o', project: 'p' }
+const LOCATOR = { ...PROJECT, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
+
+t.test('two SqliteStorage handles on one file share keys, endpoints, counters and claims', async (t) => {
+  const [a, b] = twoHandles(t, 'two.db')
+  const key = await a.createKey({ ...PROJECT, prefix: 'BBBBBBBBBB', hash: 'h', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
+  const put = await b.putEndpoint(LOCATOR, [key.id], AUDIT)
   t.ok(put.ok, 'b assigns a key a created')
   const endpointId = put.ok ? put.endpoint.id : ''
   await a.applyUsage({ calls: new Map([[endpointId, 2]]), lastUsed: new Map(), counts: new Map() })
   await b.applyUsage({ calls: new Map([[endpointId, 3]]), lastUsed: new Map(), counts: new Map() })
-  t.equal((await a.getEndpoint(locator))?.calls, 5)
-  await b.updateKey(project, key.id, { isActive: false }, AUDIT)
-  t.equal((await a.findEndpointKey(locator, 'BBBBBBBBBB'))?.key?.isActive, false, 'a disable through b is seen by a')
+  t.equal((await a.getEndpoint(LOCATOR))?.calls, 5)
+  await b.updateKey(PROJECT, key.id, { isActive: false }, AUDIT)
+  t.equal((await a.findEndpointKey(LOCATOR, 'BBBBBBBBBB'))?.key?.isActive, false, 'a disable through b is seen by a')
   t.same(await a.claimIdempotencyKey({ endpointId, keyId: key.id }, 'k', 60_000, 'token-a'), { claimed: true })
   t.same(await b.claimIdempotencyKey({ endpointId, keyId: key.id }, 'k', 60_000, 'token-b'), { claimed: false, response: null })
 })
 
 t.test('a remembered lookup gives way to any write: this handle\'s, or another handle\'s on the file', async (t) => {
-  const file = join(dir, 'memo.db')
-  const a = new SqliteStorage({ filename: file })
-  const b = new SqliteStorage({ filename: file })
-  t.teardown(async () => { await a.close(); await b.close() })
-  const project = { organization: 'o', project: 'p' }
-  const locator = { ...project, modelSequence: 1, type: 'dataset' as const, resourceSequence: 1 }
-  const key = await a.createKey({ ...project, prefix: 'CCCCCCCCCC', hash: 'h1', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
-  await a.putEndpoint(locator, [key.id], AUDIT)
+  const [a, b] = twoHandles(t, 'memo.db')
+  const key = await a.createKey({ ...PROJECT, prefix: 'CCCCCCCCCC', hash: 'h1', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
+  await a.putEndpoint(LOCATOR, [key.id], AUDIT)
   const seen = async (): Promise<unknown> => {
-    const found = await a.findEndpointKey(locator, 'CCCCCCCCCC')
+    const found = await a.findEndpointKey(LOCATOR, 'CCCCCCCCCC')
     return found?.key === null || found === null ? found : { active: found.key.isActive, hash: found.key.hash, limits: found.key.limits }
   }
   t.same(await seen(), { active: true, hash: 'h1', limits: null })
   t.same(await seen(), { active: true, hash: 'h1', limits: null }, 'asked again, the same')
 
-  await b.updateKey(project, key.id, { isActive: false }, AUDIT)
+  await b.updateKey(PROJECT, key.id, { isActive: false }, AUDIT)
   t.same(await seen(), { active: false, hash: 'h1', limits: null }, 'another handle\'s disable: seen on the next lookup')
-  await a.updateKey(project, key.id, { isActive: true, limits: { requestsPerMinute: 5, concurrentDownloads: null, bytesPerDay: null } }, AUDIT)
+  await a.updateKey(PROJECT, key.id, { isActive: true, limits: { requestsPerMinute: 5, concurrentDownloads: null, bytesPerDay: null } }, AUDIT)
   t.same(await seen(), { active: true, hash: 'h1', limits: { requestsPerMinute: 5, concurrentDownloads: null, bytesPerDay: null } }, 'this handle\'s own write: seen too')
-  await b.replaceKeySecret(project, key.id, { prefix: 'DDDDDDDDDD', hash: 'h2' }, AUDIT)
-  t.equal((await a.findEndpointKey(locator, 'CCCCCCCCCC'))?.key, null, 'the old prefix: no key on the next lookup')
-  t.equal((await a.findEndpointKey(locator, 'DDDDDDDDDD'))?.key?.hash, 'h2')
-  await b.deleteEndpoint(locator, AUDIT)
-  t.equal(await a.findEndpointKey(locator, 'DDDDDDDDDD'), null, 'the endpoint deleted through b: none')
+  await b.replaceKeySecret(PROJECT, key.id, { prefix: 'DDDDDDDDDD', hash: 'h2' }, AUDIT)
+  t.equal((await a.findEndpointKey(LOCATOR, 'CCCCCCCCCC'))?.key, null, 'the old prefix: no key on the next lookup')
+  t.equal((await a.findEndpointKey(LOCATOR, 'DDDDDDDDDD'))?.key?.hash, 'h2')
+  await b.deleteEndpoint(LOCATOR, AUDIT)
+  t.equal(await a.findEndpointKey(LOCATOR, 'DDDDDDDDDD'), null, 'the endpoint deleted through b: none')
 })
 
 t.test('a write blocked by another handle\'s lock fails after busyTimeout instead of hanging', async (t) => {
-  const file = join(dir, 'busy.db')
-  const a = new SqliteStorage({ filename: file })
-  const b = new SqliteStorage({ filename: file, busyTimeout: 50 })
-  t.teardown(async () => { await a.close(); await b.close() })
+  const [a, b] = twoHandles(t, 'busy.db', { busyTimeout: 50 })
   a.db.exec('BEGIN IMMEDIATE')
   const started = Date.now()
   await t.rejects(b.claimIdempotencyKey({ endpointId: 'e', keyId: 'k' }, 'k', 60_000, 'token'), { code: 'SQLITE_BUSY' }, 'refused after the busy timeout, not hung')
