@@ -17,6 +17,12 @@ export function countId (hour: number, endpointId: string, keyId: string | null,
   return `${hour}\n${endpointId}\n${keyId ?? ''}\n${outcome}`
 }
 
+/** Adds `from`'s count and bytes to `into` (the same endpoint, key and outcome). */
+export function addCount (into: UsageCount, from: UsageCount): void {
+  into.count += from.count
+  if (from.bytes !== undefined) into.bytes = (into.bytes ?? 0) + from.bytes
+}
+
 /** A batch's hourly counts summed by UTC day (`hour` holds the day's start). */
 export function dailyCounts (counts: Iterable<UsageCount>): UsageCount[] {
   const days = new Map<string, UsageCount>()
@@ -25,10 +31,7 @@ export function dailyCounts (counts: Iterable<UsageCount>): UsageCount[] {
     const id = countId(day, c.endpointId, c.keyId, c.outcome)
     const seen = days.get(id)
     if (seen === undefined) days.set(id, { ...c, hour: day })
-    else {
-      seen.count += c.count
-      if (c.bytes !== undefined) seen.bytes = (seen.bytes ?? 0) + c.bytes
-    }
+    else addCount(seen, c)
   }
   return [...days.values()]
 }

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Storage, UsageBatch, UsageCount, UsageOutcome } from './storage.js'
-import { bucketStart, countId, DAY_MS, HOUR_MS } from './usage-buckets.js'
+import { addCount, bucketStart, countId, DAY_MS, HOUR_MS } from './usage-buckets.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 
 interface InDoubt { batch: UsageBatch, fate: () => Promise<UsageFate> }
@@ -82,12 +82,8 @@ export class UsageRecorder {
    */
   recordBytes (endpointId: string, keyId: string, bytes: number): void {
     if (bytes <= 0) return
-    const now = Date.now()
-    const hour = bucketStart(now, HOUR_MS)
-    const id = countId(hour, endpointId, keyId, 'ok')
-    const seen = this.batch.counts.get(id)
-    if (seen === undefined) this.batch.counts.set(id, { hour, endpointId, keyId, outcome: 'ok', count: 0, bytes })
-    else seen.bytes = (seen.bytes ?? 0) + bytes
+    const counted = this.bucket(Date.now(), endpointId, keyId, 'ok')
+    counted.bytes = (counted.bytes ?? 0) + bytes
   }
 
   /** The key's bytes of the UTC day that holds `now` not yet written (this instance's only). */
@@ -107,16 +103,18 @@ export class UsageRecorder {
 
   /** Adds one to a count of the batch; answers that count. */
   private count (now: number, endpointId: string, keyId: string | null, outcome: UsageOutcome): UsageCount {
+    const counted = this.bucket(now, endpointId, keyId, outcome)
+    counted.count++
+    return counted
+  }
+
+  /** The batch's count for the hour of `now`, made (at 0) if it has none yet. */
+  private bucket (now: number, endpointId: string, keyId: string | null, outcome: UsageOutcome): UsageCount {
     const hour = bucketStart(now, HOUR_MS)
     const id = countId(hour, endpointId, keyId, outcome)
-    const seen = this.batch.counts.get(id)
-    if (seen !== undefined) {
-      seen.count++
-      return seen
-    }
-    const made: UsageCount = { hour, endpointId, keyId, outcome, count: 1 }
-    this.batch.counts.set(id, made)
-    return made
+    let counted = this.batch.counts.get(id)
+    if (counted === undefined) this.batch.counts.set(id, counted = { hour, endpointId, keyId, outcome, count: 0 })
+    return counted
   }
 
   /** Number of increments not yet written. */
@@ -185,10 +183,7 @@ export class UsageRecorder {
     for (const [id, c] of failed.counts) {
       const seen = this.batch.counts.get(id)
       if (seen === undefined) this.batch.counts.set(id, c)
-      else {
-        seen.count += c.count
-        if (c.bytes !== undefined) seen.bytes = (seen.bytes ?? 0) + c.bytes
-      }
+      else addCount(seen, c)
     }
   }
 
