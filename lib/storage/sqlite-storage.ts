@@ -16,7 +16,7 @@ import { fromRow, insertSql, toColumns } from './table-list.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
 import { endpointPath } from './endpoint-path.js'
 import { keyChanges, keyIdChanges, linkChanges } from './audit-changes.js'
-import { dailyCounts } from './usage-buckets.js'
+import { DAY_MS, dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
 
 export interface SqliteStorageOptions {
@@ -412,7 +412,6 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
 
 /** findEndpointKey answers remembered at most; a project's keys times its endpoints in use is the working set. */
 const LOOKUP_MEMO_SIZE = 4096
-const DAY_MS = 86_400_000
 
 /** A key's bytes of the UTC day, when it has a bytesPerDay limit (a column of the key lookups). */
 const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
@@ -474,11 +473,6 @@ export class SqliteStorage implements Storage {
       // hands back faster than objects.
       // The limits ride on it (DESIGN.md §4.3), and a key with a bytesPerDay
       // limit reads its bytes of the UTC day; a key without one reads nothing more.
-      // What tells whether a remembered lookup still holds (findEndpointKey):
-      // two statements, since pragma_data_version in a SELECT prepares its
-      // PRAGMA again on every run (four times the cost here).
-      ownChanges: db.prepare<[], number>('SELECT total_changes()').pluck(),
-      dataVersion: db.prepare<[], number>('PRAGMA data_version').pluck(),
       lookup: db.prepare<[string | null, string, string, number, string, number], LookupTuple>(
         `SELECT e.id AS endpoint_id, k.id AS key_id, k.hash, k.is_active, k.expires_at,
                 k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${BYTES_TODAY}
@@ -487,6 +481,11 @@ export class SqliteStorage implements Storage {
                  AND ek.key_id = (SELECT id FROM api_keys WHERE prefix = ?)
            LEFT JOIN api_keys k ON k.id = ek.key_id
           WHERE e.organization = ? AND e.project = ? AND e.model_sequence = ? AND e.type = ? AND e.resource_sequence = ?`).raw(),
+      // What tells whether a remembered lookup still holds (findEndpointKey):
+      // two statements, since pragma_data_version in a SELECT prepares its
+      // PRAGMA again on every run (four times the cost here).
+      ownChanges: db.prepare<[], number>('SELECT total_changes()').pluck(),
+      dataVersion: db.prepare<[], number>('PRAGMA data_version').pluck(),
       addCalls: db.prepare<[number, string]>('UPDATE endpoints SET calls = calls + ? WHERE id = ?'),
       touchKey: db.prepare<[number, string]>(
         'UPDATE api_keys SET updated_at = MAX(COALESCE(updated_at, 0), ?) WHERE id = ?'),
