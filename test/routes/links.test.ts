@@ -5,6 +5,7 @@ import fc from 'fast-check'
 import t, { type Test } from 'tap'
 import { checkProperty } from '../fuzz-arbitraries.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from '../helper.js'
+import { redactKeys } from '../../lib/keys/api-key.js'
 import { SqliteStorage, type Storage } from '../../lib/index.js'
 import { parseCsv } from '../format-readers.js'
 import { MemoryDatasets, SALES_REF } from '../fixtures.js'
@@ -167,7 +168,8 @@ t.test('minting is authenticated as the GET and checks its body as the GET check
   ]
   for (const [body, status, message, headers, url] of cases) {
     const res = await post(body, headers, url)
-    t.same([res.statusCode, res.json().message], [status, message], JSON.stringify(body))
+    // The title is printed: a key in a body is redacted there, as in the logs.
+    t.same([res.statusCode, res.json().message], [status, message], redactKeys(JSON.stringify(body)))
   }
   const get = await app.inject({ url: `${LINKS_URL}?api_key=${key.key}` })
   t.same([get.statusCode, get.headers.allow], [405, 'POST'])
