@@ -401,10 +401,11 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
       ? await storage.queryUsageColumns(request.params, query)
       : usageColumnsOf(await storage.queryUsage(request.params, query))
     if (rows.length > limit) throw overCap()
-    // The schema documents the answer; usageAnswerPieces writes its bytes,
+    // The schema documents the answer; usageAnswerPieces writes its text,
     // streamed a piece at a time (Fastify pipes it, with backpressure), with
-    // turns of the event loop between them.
-    const body: unknown = Readable.from(usageAnswerWithTurns(granularity, rows), { objectMode: false })
+    // turns of the event loop between them. With its encoding set the stream
+    // hands the texts on as they are, instead of making a Buffer of each.
+    const body: unknown = Readable.from(usageAnswerWithTurns(granularity, rows), { objectMode: false, encoding: 'utf8' })
     return reply.type('application/json; charset=utf-8').send(body as Static<typeof UsageAnswer>)
   })
 
