@@ -10,7 +10,8 @@
 //
 //   npx tsx test/bench/usage-query.ts
 //
-// Env: BENCH_KEYS (default 100), BENCH_DAYS (default 365), BENCH_STORAGE=pg
+// Env: BENCH_KEYS (default 100), BENCH_DAYS (default 365), BENCH_ONLY (run the
+// queries whose label contains it), BENCH_STORAGE=pg
 // (PgStorage on PGURL, default postgres://postgres@127.0.0.1:5432/test, in a
 // schema of its own that is dropped at the end; its tables are VACUUM
 // ANALYZEd after the write, as autovacuum would).
@@ -131,6 +132,7 @@ try {
   }
   console.log('| query | rows | status | inject: median (ms) | p95 (ms) | HTTP: median (ms) | p95 (ms) | HTTP: the server\'s longest event-loop delay (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|')
   for (const [label, query] of cases) {
+    if (process.env.BENCH_ONLY !== undefined && !label.includes(process.env.BENCH_ONLY)) continue
     const url = `${P}/usage?${query}`
     const first = await app.inject({ url, headers: ADMIN })
     // Counted in the text: parsing 12 MB of JSON here would leave the
