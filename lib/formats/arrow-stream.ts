@@ -115,4 +115,3 @@ export async function * arrowStream (spec: DownloadSpec, entity: Entity): AsyncG
   writer.close()
   yield * writer.take()
 }
-
