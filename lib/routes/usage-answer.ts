@@ -70,7 +70,7 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
     // comma, start, series, count, ',"bytes":', bytes, '}'
     const size = 1 + startText.length + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
     if (at + size > piece.length) {
-      if (at > 0) yield piece.toString('utf8', 0, at)
+      yield piece.toString('utf8', 0, at)
       // Only a row longer than a piece needs a larger buffer.
       if (size > piece.length) piece = Buffer.allocUnsafe(size)
       at = 0
