@@ -134,7 +134,7 @@ export interface DataEndpointsOptions {
   renderedBodyCacheBytes?: number
   /**
    * bytes of values in one Parquet row group or Arrow record batch; default
-   * 1 MiB. A download holds about one (a client that stops reading holds the
+   * 512 KiB. A download holds about one (a client that stops reading holds the
    * one being sent); larger groups compress better and cost more memory
    */
   columnarBatchBytes?: number
@@ -188,7 +188,7 @@ export const DEFAULTS = {
   downloadChunkSize: DEFAULT_CHUNK_SIZE,
   compression: true,
   renderedBodyCacheBytes: 16 * 1024 * 1024,
-  columnarBatchBytes: 1024 * 1024,
+  columnarBatchBytes: 512 * 1024,
   parquetThreads: Math.max(1, Math.min(4, availableParallelism() - 1)),
   parquetMaxWaiting: 64,
   parquetCompression: 'snappy',
