@@ -6,7 +6,7 @@ import {
   DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError, withDetails
 } from '../errors.js'
-import type { EndpointLocator, KeyLimits, Storage } from '../storage/storage.js'
+import type { EndpointKeyLookup, EndpointLocator, KeyLimits, Storage } from '../storage/storage.js'
 import type { UsageRecorder } from '../storage/usage-recorder.js'
 import type { KeyVerifier } from './key-verifier.js'
 import type { KeyLimiter } from './key-limits.js'
@@ -200,7 +200,13 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     } catch {}
   }
 
-  return async function authenticate (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  /**
+   * The checks of one request, in DESIGN.md §2 order: undefined when they all
+   * passed at once (a remembered lookup and comparison, a key without limits:
+   * the usual case, with no promise and no turn of the microtask queue), else
+   * a promise of the same outcome. A refusal is thrown, or rejects.
+   */
+  function check (request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
     // Data and refusals alike must not be kept by caches on the way.
     reply.header('cache-control', 'no-store')
     const locator = parseLocator(request.params as DataRouteParams)
@@ -217,65 +223,128 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
 
     const supplied = suppliedKey(request)
     if (supplied === undefined) {
-      await countKeyless(locator)
-      throw new NotAuthorizedError()
+      return countKeyless(locator).then(() => { throw new NotAuthorizedError() })
     }
     request.dataEndpointKeyPrefix = loggablePrefix(supplied)
-    const client = clientKey(request.ip)
-    const prefix = keyPrefixOf(supplied)
-    let admitted = false
-    if (throttle !== null) {
-      // Admitted attempts count as in flight until settled below, so a burst
-      // cannot pass the check before its failures are recorded.
-      let wait = throttle.admit(client)
-      // A client over its bound is refused before any storage read or bcrypt,
-      // unless it sends a key already verified here.
-      if (wait > 0 && !verifiedBefore(prefix, supplied)) {
-        await hold(throttle.delayMs, prefix, supplied)
-        wait = throttle.admit(client)
-        if (wait > 0 && !verifiedBefore(prefix, supplied)) {
-          throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
-        }
-      }
-      admitted = wait === 0
-    }
-    try {
-      const found = await storage.findEndpointKey(locator, prefix)
-      const key = found?.key ?? null
-      if (found === null) refuse(client, new UnknownEndpointError())
-      const { endpointId } = found
-      if (key === null || prefix === null) {
-        usage.recordRefusal(endpointId, null, 'unknown_prefix')
-        refuse(client, new UnknownKeyError())
-      }
-
-      let matches: boolean
-      try {
-        const verdict = verifier.verify(key.hash, supplied as string)
-        matches = typeof verdict === 'boolean' ? verdict : await verdict
-      } catch (err) {
-        if (err instanceof VerificationBusyError) {
-          // Mostly a flood's (a key's owner needs one place in its key's
-          // line): held like the throttle's refusals, so that its
-          // connections wait instead of taking the event loop.
-          if (throttle !== null) await setTimeout(throttle.delayMs)
-          throw withDetails(err, { headers: { 'retry-after': '1' } })
-        }
-        throw err
-      }
-      if (!matches) {
-        // A wrong secret on a prefix that is assigned here: a guess at this key.
-        usage.recordRefusal(endpointId, key.id, 'unknown_key')
-        refuse(client, new UnknownKeyError())
-      }
-      // The secret matched, so saying "disabled" reveals nothing to a guesser.
-      // A download is a dataset GET (minting its links is none).
-      const download = route === 'data' && locator.type === 'dataset' && request.method === 'GET'
-      const admitting = admit(client, endpointId, key, reply, download)
-      if (admitting !== undefined) await admitting
-      request.dataEndpointCall = { locator, endpointId, keyId: key.id, keyPrefix: prefix, keyExpiresAt: key.expiresAt }
-    } finally {
-      if (admitted) throttle?.settle(client)
-    }
+    const call: KeyedCall = { request, reply, locator, supplied, client: clientKey(request.ip), prefix: keyPrefixOf(supplied) }
+    if (throttle === null) return checkKey(call)
+    // Admitted attempts count as in flight until settled, so a burst
+    // cannot pass the check before its failures are recorded.
+    const wait = throttle.admit(call.client)
+    if (wait === 0) return settledAfter(throttle, call.client, () => checkKey(call))
+    // A client over its bound is refused before any storage read or bcrypt,
+    // unless it sends a key already verified here.
+    if (verifiedBefore(call.prefix, supplied)) return checkKey(call)
+    return heldCheck(throttle, call)
   }
+
+  async function heldCheck (throttle: FailureThrottle, call: KeyedCall): Promise<void> {
+    await hold(throttle.delayMs, call.prefix, call.supplied)
+    const wait = throttle.admit(call.client)
+    if (wait === 0) return settledAfter(throttle, call.client, () => checkKey(call))
+    if (!verifiedBefore(call.prefix, call.supplied)) {
+      throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
+    }
+    return checkKey(call)
+  }
+
+  /** The endpoint and the key (DESIGN.md §2 steps 3-6), once the key is supplied and the client admitted. */
+  function checkKey (call: KeyedCall): Promise<void> | undefined {
+    const found = storage.findEndpointKey(call.locator, call.prefix)
+    return found instanceof Promise ? found.then((lookup) => checkLookup(call, lookup)) : checkLookup(call, found)
+  }
+
+  function checkLookup (call: KeyedCall, found: EndpointKeyLookup | null): Promise<void> | undefined {
+    const { client, prefix } = call
+    if (found === null) refuse(client, new UnknownEndpointError())
+    const { endpointId, key } = found
+    if (key === null || prefix === null) {
+      usage.recordRefusal(endpointId, null, 'unknown_prefix')
+      refuse(client, new UnknownKeyError())
+    }
+    let verdict: boolean | Promise<boolean>
+    try {
+      verdict = verifier.verify(key.hash, call.supplied as string)
+    } catch (err) {
+      return busy(err)
+    }
+    if (typeof verdict === 'boolean') return checkVerdict(call, endpointId, key, verdict)
+    return verdict.then((matches) => checkVerdict(call, endpointId, key, matches), busy)
+  }
+
+  // Mostly a flood's (a key's owner needs one place in its key's line): held
+  // like the throttle's refusals, so that its connections wait instead of
+  // taking the event loop.
+  async function busy (err: unknown): Promise<never> {
+    if (err instanceof VerificationBusyError) {
+      if (throttle !== null) await setTimeout(throttle.delayMs)
+      throw withDetails(err, { headers: { 'retry-after': '1' } })
+    }
+    throw err
+  }
+
+  function checkVerdict (call: KeyedCall, endpointId: string, key: StoredKey, matches: boolean): Promise<void> | undefined {
+    const { request, reply, locator, client } = call
+    if (!matches) {
+      // A wrong secret on a prefix that is assigned here: a guess at this key.
+      usage.recordRefusal(endpointId, key.id, 'unknown_key')
+      refuse(client, new UnknownKeyError())
+    }
+    // The secret matched, so saying "disabled" reveals nothing to a guesser.
+    // A download is a dataset GET (minting its links is none).
+    const download = route === 'data' && locator.type === 'dataset' && request.method === 'GET'
+    const admitting = admit(client, endpointId, key, reply, download)
+    const verified = (): void => {
+      request.dataEndpointCall = { locator, endpointId, keyId: key.id, keyPrefix: call.prefix as string, keyExpiresAt: key.expiresAt }
+    }
+    if (admitting === undefined) {
+      verified()
+      return undefined
+    }
+    return admitting.then(verified)
+  }
+
+  // A callback hook, not an async one: a request whose checks all pass at
+  // once costs no promise.
+  return function authenticate (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void {
+    let pending: Promise<void> | undefined
+    try {
+      pending = check(request, reply)
+    } catch (err) {
+      done(err as Error)
+      return
+    }
+    if (pending === undefined) done()
+    else pending.then(() => { done() }, (err: Error) => { done(err) })
+  }
+}
+
+/** A data request whose key was supplied, on its way through the checks. */
+interface KeyedCall {
+  request: FastifyRequest
+  reply: FastifyReply
+  locator: EndpointLocator
+  supplied: unknown
+  /** the failure throttle's name for the client */
+  client: string
+  /** null when the supplied value is no well-formed key */
+  prefix: string | null
+}
+
+type StoredKey = NonNullable<EndpointKeyLookup['key']>
+
+/** Runs `run`, then settles the client's attempt with the throttle however it ends. */
+function settledAfter (throttle: FailureThrottle, client: string, run: () => Promise<void> | undefined): Promise<void> | undefined {
+  let pending: Promise<void> | undefined
+  try {
+    pending = run()
+  } catch (err) {
+    throttle.settle(client)
+    throw err
+  }
+  if (pending === undefined) {
+    throttle.settle(client)
+    return undefined
+  }
+  return pending.finally(() => { throttle.settle(client) })
 }

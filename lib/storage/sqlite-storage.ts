@@ -660,8 +660,9 @@ export class SqliteStorage implements Storage {
    * Reading the two counters costs a fraction of the lookup's four index
    * searches, and a disable, delete or regenerate from anywhere still acts on
    * the next request. The memo holds no key: only prefixes and stored rows.
+   * Answered at once, not as a promise: the key hook then needs none.
    */
-  async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
+  findEndpointKey (locator: EndpointLocator, prefix: string | null): EndpointKeyLookup | null {
     const l = locator
     const changes = this.statements.ownChanges.get() as number
     const version = this.statements.dataVersion.get() as number

@@ -373,8 +373,10 @@ export interface Storage {
   /**
    * Finds the endpoint at `locator` and, when `prefix` is given, the key with
    * that prefix if it is assigned to the endpoint. Null when there is no endpoint.
+   * Runs on every data request: a store that knows the answer without waiting
+   * (a remembered lookup still valid) may return it at once instead of a promise.
    */
-  findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null>
+  findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> | EndpointKeyLookup | null
   /**
    * Adds the batch atomically (`calls = calls + n`); ids that no longer exist
    * are ignored. A failure is retried with the batch merged into the next one.
