@@ -251,7 +251,11 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
   /** The endpoint and the key (DESIGN.md §2 steps 3-6), once the key is supplied and the client admitted. */
   function checkKey (call: KeyedCall): Promise<void> | undefined {
     const found = storage.findEndpointKey(call.locator, call.prefix)
-    return found instanceof Promise ? found.then((lookup) => checkLookup(call, lookup)) : checkLookup(call, found)
+    // A host's store may answer with any thenable, not only a Promise.
+    if (found !== null && typeof (found as Partial<PromiseLike<unknown>>).then === 'function') {
+      return Promise.resolve(found).then((lookup) => checkLookup(call, lookup))
+    }
+    return checkLookup(call, found as EndpointKeyLookup | null)
   }
 
   function checkLookup (call: KeyedCall, found: EndpointKeyLookup | null): Promise<void> | undefined {

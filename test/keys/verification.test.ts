@@ -378,6 +378,38 @@ t.test('a verification in flight is released on success and on error', async (t)
   t.equal(await get('bad'), 403, 'no failure so far, nothing left in flight')
 })
 
+t.test('a store may answer a lookup at once, with a promise or with another thenable: the key hook reads each the same', async (t) => {
+  for (const answer of ['value', 'promise', 'thenable'] as const) {
+    const real = new SqliteStorage({ filename: ':memory:' })
+    let lookups = 0
+    const store: Storage = Object.assign(Object.create(real) as Storage, {
+      findEndpointKey (...args: Parameters<Storage['findEndpointKey']>) {
+        lookups++
+        const found = real.findEndpointKey(...args) as Awaited<ReturnType<Storage['findEndpointKey']>>
+        if (answer === 'value') return found
+        if (answer === 'promise') return Promise.resolve(found)
+        // a promise library's own kind: then() only
+        return { then: (resolve: (v: typeof found) => unknown) => { setImmediate(() => resolve(found)) } } as unknown as Promise<typeof found>
+      }
+    })
+    const { app } = await buildApp(t, { storage: store })
+    const k = await createKey(app, answer)
+    const other = await createKey(app, `${answer} unassigned`)
+    await assignKeys(app, 'dataset', [k.id])
+    const get = async (key: string): Promise<[number, unknown]> => {
+      const res = await app.inject({ url: DATASET_URL, query: { api_key: key, format: 'json' } })
+      return [res.statusCode, res.statusCode === 200 ? null : res.json().message]
+    }
+    t.same(await get(k.key), [200, null], `${answer}: the assigned key`)
+    t.same(await get(k.key), [200, null], `${answer}: again (remembered)`)
+    t.same(await get(other.key), [403, 'Unknown API key'], `${answer}: a key not assigned`)
+    t.same((await app.inject({ url: '/api/acme/shop/model/9/dataset/9', query: { api_key: k.key } })).json(), { message: 'Unknown API Endpoint' }, `${answer}: no endpoint`)
+    t.ok(lookups >= 4, `${answer}: every request looked up`)
+    await app.inject({ method: 'PATCH', url: `${P}/keys/${k.id}`, headers: ADMIN, payload: { isActive: false } })
+    t.same(await get(k.key), [403, 'Disabled API key'], `${answer}: disabled on the next request`)
+  }
+})
+
 t.test('failureThrottle: false never answers 429', async (t) => {
   const { app } = await buildApp(t, { failureThrottle: false })
   const k = await createKey(app)
