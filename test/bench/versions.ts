@@ -1,0 +1,116 @@
+// Two versions of the code, served at once and loaded at once: the server
+// CPU each spends per request (from /proc), side by side. Not a test: run it with
+//   nice -n -20 npx tsx test/bench/versions.ts <A> <B> [route or routeA,routeB] [seconds] [rounds]
+// A and B are commits (anything `git worktree add` takes), or `.` for the
+// files as they are. Each is compiled (as compile.ts does) and runs the example
+// bench server (example-bench-server.ts) with CACHE=off and LOG_LEVEL=warn.
+// Routes: json (the example's authenticated json of `sales`), meta
+// (meta=entities), hand (the hand-written route), download (a Map key check
+// and the plugin's download code). Default: json on both.
+//
+// Why: runs one after the other on this shared 2-core machine vary by ±15%,
+// more than most changes to the request path. Loaded at the same moment, the
+// two servers see the same machine, and their CPU per request differed by
+// ±4% between rounds of one version against itself (2026-11-26). Throughput
+// says little here: one autocannon process loading both servers at 5-15k
+// req/s each is itself the bottleneck.
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+import { cpSync, copyFileSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import autocannon from 'autocannon'
+import { REPO } from './compile.js'
+
+const [versionA, versionB] = [process.argv[2], process.argv[3]]
+if (versionA === undefined || versionB === undefined) throw new Error('usage: versions.ts <A> <B> [route or routeA,routeB] [seconds] [rounds]')
+const [routeA, routeB = routeA] = (process.argv[4] ?? 'json').split(',')
+const seconds = Number(process.argv[5] ?? 6)
+const rounds = Number(process.argv[6] ?? 3)
+const CONNECTIONS = 10
+
+const work = mkdtempSync(join(tmpdir(), 'fde-versions-'))
+const trees: string[] = []
+const children: ChildProcess[] = []
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGTERM')
+  for (const tree of trees) execFileSync('git', ['-C', REPO, 'worktree', 'remove', '--force', tree], { stdio: 'ignore' })
+  rmSync(work, { recursive: true, force: true })
+})
+
+/** The source tree of a version: this checkout for `.`, else a worktree at the commit. */
+function sourceOf (version: string, name: string): string {
+  if (version === '.') return REPO
+  const tree = join(work, `tree-${name}`)
+  execFileSync('git', ['-C', REPO, 'worktree', 'add', '--detach', tree, version], { stdio: 'ignore' })
+  trees.push(tree)
+  return tree
+}
+
+/** Compiles the example bench server of `source` into `out` (compile.ts, with the tree as its root). */
+function compile (source: string, out: string): string {
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
+  execFileSync(process.execPath, [tsc, '--outDir', out, '--rootDir', source, '--module', 'nodenext', '--moduleResolution', 'nodenext',
+    '--target', 'es2022', '--esModuleInterop', '--skipLibCheck', '--noCheck', '--types', 'node',
+    join(source, 'test/bench/example-bench-server.ts'), join(source, 'lib/formats/parquet-worker.ts')], { stdio: 'inherit' })
+  // This checkout's packages: versions whose package.json differs are not comparable here.
+  symlinkSync(join(REPO, 'node_modules'), join(out, 'node_modules'), 'dir')
+  copyFileSync(join(source, 'package.json'), join(out, 'package.json'))
+  cpSync(join(source, 'lib/ui'), join(out, 'lib/ui'), { recursive: true })
+  return join(out, 'test/bench/example-bench-server.js')
+}
+
+interface Served { child: ChildProcess, url: string, key: string }
+
+async function serve (entry: string, route: string): Promise<Served> {
+  const child = spawn(process.execPath, [entry], { env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit'] })
+  children.push(child)
+  let key = ''
+  for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
+    key = /^key (\S+)$/.exec(line)?.[1] ?? key
+    const ports = /^ports (\d+) (\d+)$/.exec(line)
+    if (ports === null) continue
+    child.stdout?.resume()
+    const example = `http://127.0.0.1:${ports[1]}`
+    const hand = `http://127.0.0.1:${ports[2]}`
+    const urls: Record<string, string> = {
+      json: `${example}/api/acme/shop/model/1/dataset/1?format=json`,
+      meta: `${example}/api/acme/shop/model/1/dataset/1?meta=entities`,
+      hand: `${hand}/hand/sales`,
+      download: `${hand}/hand/download?format=json`
+    }
+    const url = urls[route]
+    if (url === undefined) throw new Error(`route: one of ${Object.keys(urls).join(', ')}, not ${route}`)
+    return { child, url, key }
+  }
+  throw new Error('bench server did not start')
+}
+
+/** The process's CPU time so far, in µs (utime + stime of /proc/<pid>/stat, in clock ticks of 10 ms). */
+function cpuOf (child: ChildProcess): number {
+  const fields = readFileSync(`/proc/${child.pid as number}/stat`, 'utf8').split(') ')[1].split(' ')
+  return (Number(fields[11]) + Number(fields[12])) * 10_000
+}
+
+const a = await serve(compile(sourceOf(versionA, 'a'), join(work, 'a')), routeA)
+const b = await serve(compile(sourceOf(versionB, 'b'), join(work, 'b')), routeB)
+const load = async (s: Served, duration: number): Promise<{ rate: number, cpu: number }> => {
+  const before = cpuOf(s.child)
+  const result = await autocannon({ url: s.url, headers: { authorization: `Bearer ${s.key}` }, connections: CONNECTIONS, duration })
+  if (result.non2xx > 0 || result.errors > 0) throw new Error(`${s.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
+  return { rate: result.requests.average, cpu: (cpuOf(s.child) - before) / result.requests.total }
+}
+await Promise.all([load(a, 2), load(b, 2)]) // warm-up
+
+console.log(`| round | A (${versionA}, ${routeA}): req/s | µs/req | B (${versionB}, ${routeB}): req/s | µs/req | CPU A / B (above 1: B is cheaper) |`)
+console.log('|---|---:|---:|---:|---:|---:|')
+const ratios: number[] = []
+for (let round = 1; round <= rounds; round++) {
+  const [x, y] = await Promise.all([load(a, seconds), load(b, seconds)])
+  ratios.push(x.cpu / y.cpu)
+  console.log(`| ${round} | ${Math.round(x.rate)} | ${x.cpu.toFixed(0)} | ${Math.round(y.rate)} | ${y.cpu.toFixed(0)} | ${(x.cpu / y.cpu).toFixed(3)} |`)
+}
+ratios.sort((x, y) => x - y)
+console.log(`\nmedian CPU A / B: ${ratios[ratios.length >> 1].toFixed(3)}`)
+process.exit(0)
