@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache'
 import { ComparisonQueue } from './comparison-queue.js'
 import type { KeyHasher } from './key-hasher.js'
 import { VerificationBusyError } from '../errors.js'
-import { memoHmac } from './memo-hmac.js'
+import { memoDigest } from './memo-digest.js'
 
 export interface KeyVerifierOptions {
   hasher: KeyHasher
@@ -21,20 +21,20 @@ export interface KeyVerifierOptions {
 /**
  * Compares a supplied key with a stored bcrypt hash at most once per
  * (hash, value) pair. The comparison is a pure function of the two, so its
- * result is memoised in memory under an HMAC with a per-process secret: the
+ * result is memoised in memory under a digest keyed by a per-process secret: the
  * value itself is never kept. The key's record is not cached here, so a
  * disable, delete or regenerate acts on the next request.
  */
 export class KeyVerifier {
   private readonly hasher: KeyHasher
-  private readonly hmac = memoHmac()
+  private readonly digest = memoDigest()
   // Matches and mismatches are kept apart, so a flood of wrong values
   // cannot evict the memo of the keys that legitimate clients use.
   private readonly matches: LRUCache<string, true>
   private readonly mismatches: LRUCache<string, true>
   private readonly verifiedValues: LRUCache<string, true>
   private readonly inFlight = new Map<string, Promise<boolean>>()
-  // The same comparisons by supplied value alone (its HMAC), each as whether
+  // The same comparisons by supplied value alone (its digest), each as whether
   // it matched: a request the failure throttle holds waits for its value's.
   private readonly inFlightByValue = new Map<string, Promise<boolean>>()
   // One line per key, served in turn: guesses at one key cannot hold the
@@ -61,7 +61,7 @@ export class KeyVerifier {
   }
 
   private memoKey (hash: string, value: string): string {
-    return this.hmac(hash + '\0' + value)
+    return this.digest(hash + '\0' + value)
   }
 
   /**
@@ -70,7 +70,7 @@ export class KeyVerifier {
    * checks (its record is still read) and refuses anything else at once.
    */
   hasVerified (value: string): boolean {
-    return this.verifiedValues.has(this.hmac(value))
+    return this.verifiedValues.has(this.digest(value))
   }
 
   /**
@@ -79,7 +79,7 @@ export class KeyVerifier {
    * It settles after `hasVerified` has learnt its result.
    */
   comparison (value: string): Promise<boolean> | undefined {
-    return this.inFlightByValue.get(this.hmac(value))
+    return this.inFlightByValue.get(this.digest(value))
   }
 
   /**
@@ -117,7 +117,7 @@ export class KeyVerifier {
     // not listed below, so the next request with this value tries again.
     const turn = this.queue.acquire(hash)
     if (turn === null) return Promise.reject(new VerificationBusyError())
-    const valueKey = this.hmac(value)
+    const valueKey = this.digest(value)
     const pending = this.compare(turn, memoKey, valueKey, hash, value)
     this.inFlight.set(memoKey, pending)
     // The same value may be compared with two hashes at once (a key being

@@ -3,7 +3,7 @@
 //   /bare                       the bytes of the small dataset as json, no plugin work
 //   /bare/bearer                the same bytes behind @fastify/bearer-auth (key: BENCH_BEARER_KEY)
 //   /bare/lookup                the same bytes after the one storage read a request needs
-//   /bare/memo-hmac             the same bytes after the one memo HMAC a request needs
+//   /bare/memo-digest           the same bytes after the one memo digest a request needs
 //   /bare/unauthenticated       the same json made by the plugin's download code, no key check
 //   /bare/lookup-download       that download code after the one storage read a request needs
 //   /bare/naive-download        the sample's rows read from its source and serialised with
@@ -19,7 +19,7 @@ import bearerAuth from '@fastify/bearer-auth'
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import dataEndpoints, { SqliteStorage, type Dataset } from '../../lib/index.js'
 import { keyPrefixOf } from '../../lib/keys/api-key.js'
-import { memoHmac } from '../../lib/keys/memo-hmac.js'
+import { memoDigest } from '../../lib/keys/memo-digest.js'
 import { sendDataset } from '../../lib/downloads/dataset-download.js'
 import { TarSpool } from '../../lib/formats/tar-spool.js'
 import { DEFAULTS } from '../../lib/options.js'
@@ -79,9 +79,9 @@ app.get('/bare/lookup', async (request, reply) => {
 // The other floor: the HMAC the verification memo is keyed by, which every
 // request computes over the stored hash and the supplied key (a bcrypt hash
 // of the same length stands in for the stored one), in front of the same bytes.
-const memoKeyOf = memoHmac()
+const memoKeyOf = memoDigest()
 const STORED_HASH = '$2b$10$' + 'N'.repeat(53)
-app.get('/bare/memo-hmac', async (request, reply) => {
+app.get('/bare/memo-digest', async (request, reply) => {
   // The message KeyVerifier's memo key is made of: stored hash, NUL, supplied key.
   if (memoKeyOf(STORED_HASH + '\0' + bearerKey(request)) === '') throw new Error('no digest')
   return sendBare(reply)

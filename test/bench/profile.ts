@@ -5,7 +5,7 @@
 //   npx tsx test/bench/profile.ts [seconds]
 // Inlined functions count under their caller, so compare shares between two
 // versions of the code rather than reading them as exact, and record 8 s or
-// more: in a 3 s run the memo HMAC's frames did not show at all.
+// more: in a 3 s run the memo digest's (then an HMAC's) frames did not show at all.
 import { spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -22,7 +22,7 @@ const seconds = Number(process.argv[2] ?? 8)
 // name holds one of the part's strings.
 const DOWNLOAD = 'making the download (lib/formats, the source)'
 const PARTS: Array<[string, ...string[]]> = [
-  ['the memo HMAC (lib/memo-hmac)', '/lib/memo-hmac.js'],
+  ['the memo digest (lib/memo-digest)', '/lib/memo-digest.js'],
   ['the storage read (better-sqlite3 Statement.get)', 'Statement::JS_get'],
   ['writing the response (writev)', 'writev'],
   [DOWNLOAD, '/lib/formats/', '/test/fixtures.js'],

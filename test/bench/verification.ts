@@ -79,7 +79,7 @@ if (only.includes('a') || only.includes('d')) {
     bare: { url: server.base + '/bare' },
     bearer: { url: server.base + '/bare/bearer', headers: { authorization: `Bearer ${BEARER_KEY}` } },
     lookup: { url: server.base + '/bare/lookup', headers: auth },
-    hmac: { url: server.base + '/bare/memo-hmac', headers: auth },
+    hmac: { url: server.base + '/bare/memo-digest', headers: auth },
     naive: { url: `${server.base}/bare/naive-download` },
     unauthenticated: { url: `${server.base}/bare/unauthenticated?format=json` },
     lookupDownload: { url: `${server.base}/bare/lookup-download?format=json`, headers: auth },
@@ -100,7 +100,7 @@ if (only.includes('a') || only.includes('d')) {
   note('(a) bare route, same bytes precomputed', rate(bare), bare.latency.p99, cpu(bare), '1.00', '1.00')
   note('(a) reference: @fastify/bearer-auth (one key in clear) + the same bytes', rate(bearer), bearer.latency.p99, cpu(bearer), ...versusBare(bearer))
   note('(a) floor: the one storage read a request must make + the same bytes', rate(lookup), lookup.latency.p99, cpu(lookup), ...versusBare(lookup))
-  note('(a) floor: the one memo HMAC a request must compute + the same bytes', rate(hmac), hmac.latency.p99, cpu(hmac), ...versusBare(hmac))
+  note('(a) floor: the one memo digest a request must compute + the same bytes', rate(hmac), hmac.latency.p99, cpu(hmac), ...versusBare(hmac))
   note('(a) lower bound for a download: the rows read from the same source, JSON.stringify, the same bytes', rate(naive), naive.latency.p99, cpu(naive), ...versusBare(naive))
   note('(a) bare route, same bytes made by the download code, no key check', rate(unauthenticated), unauthenticated.latency.p99, cpu(unauthenticated), ...versusBare(unauthenticated))
   note('(a) the download code after the one storage read, no other check', rate(lookupDownload), lookupDownload.latency.p99, cpu(lookupDownload), ...versusBare(lookupDownload))

@@ -1,0 +1,31 @@
+import { createHash, randomBytes } from 'node:crypto'
+import fc from 'fast-check'
+import t from 'tap'
+import { memoDigest } from '../../lib/keys/memo-digest.js'
+
+t.test('memoDigest is SHA-256 of its secret and the message\'s UTF-8 bytes, for ASCII and other messages', async (t) => {
+  const secret = randomBytes(64).map((b) => b & 0x7f)
+  const digest = memoDigest(secret)
+  const messages = ['', 'a', '$2b$10$' + 'x'.repeat(53) + '\0ABCDEFGHIJ-abcdefghijklmnopqrstu', 'é', '🔑 key', 'x'.repeat(500)]
+  for (const m of messages) {
+    t.equal(digest(m), createHash('sha256').update(secret).update(m, 'utf8').digest('base64'), JSON.stringify(m).slice(0, 40))
+  }
+})
+
+t.test('memoDigest: different messages, different digests; the same message, the same digest', async (t) => {
+  const digest = memoDigest()
+  fc.assert(fc.property(fc.string({ unit: 'binary' }), fc.string({ unit: 'binary' }), (a, b) => {
+    if (a === b) return digest(a) === digest(b)
+    return digest(a) !== digest(b)
+  }), { numRuns: 2000 })
+  t.pass('2,000 generated pairs')
+})
+
+t.test('each memoDigest without a secret has its own random secret', async (t) => {
+  t.not(memoDigest()('same message'), memoDigest()('same message'))
+})
+
+t.test('memoDigest refuses a secret it cannot use', async (t) => {
+  t.throws(() => memoDigest(Buffer.alloc(32)), /64 bytes/)
+  t.throws(() => memoDigest(Buffer.alloc(64, 0x80)), /below 0x80/)
+})
