@@ -154,12 +154,10 @@ export function keyChecks ({ usage, throttle, limiter }: Pick<KeyCheckParts, 'us
 export type KeyedRoute = 'data' | 'links'
 
 export function authenticateHook ({ storage, verifier, usage, throttle, limiter, requireHttps }: KeyCheckParts, route: KeyedRoute = 'data') {
-  const { admit } = keyChecks({ usage, throttle, limiter })
-
-  function refuse (client: string, error: Error): never {
-    throttle?.recordFailure(client)
-    throw error
-  }
+  const checks = keyChecks({ usage, throttle, limiter })
+  const { admit } = checks
+  // Typed here so that TypeScript narrows after a refusal.
+  const refuse: (client: string, error: Error) => never = checks.refuse
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).
@@ -250,12 +248,9 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
 
   /** The endpoint and the key (DESIGN.md §2 steps 3-6), once the key is supplied and the client admitted. */
   function checkKey (call: KeyedCall): Promise<void> | undefined {
+    // The storage guard hands a host's thenable on as a Promise.
     const found = storage.findEndpointKey(call.locator, call.prefix)
-    // A host's store may answer with any thenable, not only a Promise.
-    if (found !== null && typeof (found as Partial<PromiseLike<unknown>>).then === 'function') {
-      return Promise.resolve(found).then((lookup) => checkLookup(call, lookup))
-    }
-    return checkLookup(call, found as EndpointKeyLookup | null)
+    return found instanceof Promise ? found.then((lookup) => checkLookup(call, lookup)) : checkLookup(call, found)
   }
 
   function checkLookup (call: KeyedCall, found: EndpointKeyLookup | null): Promise<void> | undefined {

@@ -28,7 +28,8 @@ export function guardStorage (storage: Storage): Storage {
       const wrapper = (...args: unknown[]): unknown => {
         try {
           const result = method.apply(target, args)
-          return result instanceof Promise ? result.catch((err: unknown) => { throw wrap(err) }) : result
+          // A host's store may answer with any thenable: it goes on as a Promise, its failure wrapped too.
+          return isThenable(result) ? Promise.resolve(result).catch((err: unknown) => { throw wrap(err) }) : result
         } catch (err) {
           throw wrap(err)
         }
@@ -37,4 +38,8 @@ export function guardStorage (storage: Storage): Storage {
       return wrapper
     }
   })
+}
+
+function isThenable (value: unknown): value is PromiseLike<unknown> {
+  return value instanceof Promise || (typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function')
 }
