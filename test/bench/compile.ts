@@ -9,15 +9,19 @@ import { fileURLToPath } from 'node:url'
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 
-/** Compiles `entry` (a .ts file of this repo) and its imports into `dir`; returns the compiled entry's path. */
-export function compileForBench (entry: string, dir: string): string {
+/**
+ * Compiles `entry` (a .ts file under `root`: this repo, or another checkout
+ * of it such as a worktree) and its imports into `dir`; returns the compiled
+ * entry's path. The packages are always this repo's.
+ */
+export function compileForBench (entry: string, dir: string, root = REPO): string {
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
-  execFileSync(process.execPath, [tsc, '--outDir', dir, '--rootDir', REPO, '--module', 'nodenext', '--moduleResolution', 'nodenext',
+  execFileSync(process.execPath, [tsc, '--outDir', dir, '--rootDir', root, '--module', 'nodenext', '--moduleResolution', 'nodenext',
     '--target', 'es2022', '--esModuleInterop', '--skipLibCheck', '--noCheck', '--types', 'node', entry,
     // Loaded by its URL, not imported, so named here: the Parquet encoders' worker.
-    join(REPO, 'lib/formats/parquet-worker.ts')], { stdio: 'inherit' })
+    join(root, 'lib/formats/parquet-worker.ts')], { stdio: 'inherit' })
   symlinkSync(join(REPO, 'node_modules'), join(dir, 'node_modules'), 'dir')
-  copyFileSync(join(REPO, 'package.json'), join(dir, 'package.json'))
-  cpSync(join(REPO, 'lib/ui'), join(dir, 'lib/ui'), { recursive: true }) // the management page's files
-  return join(dir, relative(REPO, entry).replace(/\.ts$/, '.js'))
+  copyFileSync(join(root, 'package.json'), join(dir, 'package.json'))
+  cpSync(join(root, 'lib/ui'), join(dir, 'lib/ui'), { recursive: true }) // the management page's files
+  return join(dir, relative(root, entry).replace(/\.ts$/, '.js'))
 }

@@ -109,7 +109,7 @@ function missing (url: string, headers: Record<string, string>): Options {
 /** The routes of one mode on its servers, and the name of the one each is compared with. */
 function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline: string } {
   const [server] = servers
-  // With HAND=process, the second server's hand-written routes, with its own key.
+  // The hand-written routes of the second server, with its own key (unless HAND=same).
   const handServer = mode === 'pg' ? server : servers[1] ?? server
   const auth = { authorization: `Bearer ${server.key}` }
   const handAuth = { authorization: `Bearer ${handServer.key}` }

@@ -2,7 +2,7 @@
 // CPU each spends per request (from /proc), side by side. Not a test: run it with
 //   nice -n -20 npx tsx test/bench/versions.ts <A> <B> [route or routeA,routeB] [seconds] [rounds]
 // A and B are commits (anything `git worktree add` takes), or `.` for the
-// files as they are. Each is compiled (as compile.ts does) and runs the example
+// files as they are. Each is compiled (compile.ts, this checkout's packages) and runs the example
 // bench server (example-bench-server.ts) with CACHE=off and LOG_LEVEL=warn.
 // Routes: json (the example's authenticated json of `sales`), meta
 // (meta=entities), hand (the hand-written route), download (a Map key check
@@ -15,13 +15,12 @@
 // says little here: one autocannon process loading both servers at 5-15k
 // req/s each is itself the bottleneck.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
-import { cpSync, copyFileSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
-import { createRequire } from 'node:module'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
-import { REPO } from './compile.js'
+import { compileForBench, REPO } from './compile.js'
 
 const [versionA, versionB] = [process.argv[2], process.argv[3]]
 if (versionA === undefined || versionB === undefined) throw new Error('usage: versions.ts <A> <B> [route or routeA,routeB] [seconds] [rounds]')
@@ -46,19 +45,6 @@ function sourceOf (version: string, name: string): string {
   execFileSync('git', ['-C', REPO, 'worktree', 'add', '--detach', tree, version], { stdio: 'ignore' })
   trees.push(tree)
   return tree
-}
-
-/** Compiles the example bench server of `source` into `out` (compile.ts, with the tree as its root). */
-function compile (source: string, out: string): string {
-  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
-  execFileSync(process.execPath, [tsc, '--outDir', out, '--rootDir', source, '--module', 'nodenext', '--moduleResolution', 'nodenext',
-    '--target', 'es2022', '--esModuleInterop', '--skipLibCheck', '--noCheck', '--types', 'node',
-    join(source, 'test/bench/example-bench-server.ts'), join(source, 'lib/formats/parquet-worker.ts')], { stdio: 'inherit' })
-  // This checkout's packages: versions whose package.json differs are not comparable here.
-  symlinkSync(join(REPO, 'node_modules'), join(out, 'node_modules'), 'dir')
-  copyFileSync(join(source, 'package.json'), join(out, 'package.json'))
-  cpSync(join(source, 'lib/ui'), join(out, 'lib/ui'), { recursive: true })
-  return join(out, 'test/bench/example-bench-server.js')
 }
 
 interface Served { child: ChildProcess, url: string, key: string }
@@ -93,8 +79,14 @@ function cpuOf (child: ChildProcess): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000
 }
 
-const a = await serve(compile(sourceOf(versionA, 'a'), join(work, 'a')), routeA)
-const b = await serve(compile(sourceOf(versionB, 'b'), join(work, 'b')), routeB)
+/** The example bench server of a version, compiled. */
+function compiled (version: string, name: string): string {
+  const source = sourceOf(version, name)
+  return compileForBench(join(source, 'test/bench/example-bench-server.ts'), join(work, name), source)
+}
+
+const a = await serve(compiled(versionA, 'a'), routeA)
+const b = await serve(compiled(versionB, 'b'), routeB)
 const load = async (s: Served, duration: number): Promise<{ rate: number, cpu: number }> => {
   const before = cpuOf(s.child)
   const result = await autocannon({ url: s.url, headers: { authorization: `Bearer ${s.key}` }, connections: CONNECTIONS, duration })
