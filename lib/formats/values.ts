@@ -63,6 +63,7 @@ const DECIMAL_TEXT = /^([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?$/
 export function decimalText (precision: number, scale: number): (value: unknown) => string | null {
   const maxIntegerDigits = precision - scale
   return (value) => {
+    if (typeof value === 'string' && isCanonicalDecimal(value, maxIntegerDigits, scale)) return value
     if (value === null || value === undefined) return null
     let text: string
     if (typeof value === 'string') text = value.trim()
@@ -86,6 +87,31 @@ export function decimalText (precision: number, scale: number): (value: unknown)
     const sign = m[1] === '-' && !zero ? '-' : ''
     return sign + (integer === '' ? '0' : integer) + (scale > 0 ? '.' + fraction.padEnd(scale, '0') : '')
   }
+}
+
+/**
+ * The fast path: text already in the form decimalText gives ('-12.30',
+ * '0.00', '7' at scale 0), checked by character codes. Exact text in a
+ * database's numeric column is nearly always so, and the general path's
+ * regular expression and slices cost several times this scan per cell.
+ */
+function isCanonicalDecimal (s: string, maxIntegerDigits: number, scale: number): boolean {
+  const negative = s.charCodeAt(0) === DASH
+  const start = negative ? 1 : 0
+  const point = scale === 0 ? s.length : s.length - scale - 1
+  const integerDigits = point - start
+  if (integerDigits < 1 || integerDigits > maxIntegerDigits) return false
+  if (scale > 0 && s.charCodeAt(point) !== POINT) return false
+  let nonZero = false
+  for (let i = start; i < s.length; i++) {
+    if (i === point) continue
+    const d = s.charCodeAt(i) - 48
+    if (d < 0 || d > 9) return false
+    if (d !== 0) nonZero = true
+  }
+  // No leading zero ('007'), and no '-0.00': the canonical zero has no sign.
+  if (integerDigits > 1 && s.charCodeAt(start) === 48) return false
+  return !negative || nonZero
 }
 
 /** float: a finite double; NaN and ±Infinity are NULL (they have no portable form). */
@@ -165,6 +191,8 @@ const DATE_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})$/
 
 /** date: 'YYYY-MM-DD' (a Date gives its UTC date), years 1 to 9999. */
 export function dateText (value: unknown): string | null {
+  if (typeof value === 'string' && value.length === 10 && value.charCodeAt(4) === DASH && value.charCodeAt(7) === DASH &&
+    isCalendarDate(value, 0)) return value
   if (value === null || value === undefined) return null
   if (value instanceof Date) {
     timeOf(value)
@@ -194,18 +222,22 @@ const [DASH, COLON, POINT, LETTER_T, LETTER_Z] = ['-', ':', '.', 'T', 'Z'].map((
 function isCanonicalUtc (s: string): boolean {
   if (s.length !== 24 || s.charCodeAt(4) !== DASH || s.charCodeAt(7) !== DASH || s.charCodeAt(10) !== LETTER_T ||
     s.charCodeAt(13) !== COLON || s.charCodeAt(16) !== COLON || s.charCodeAt(19) !== POINT || s.charCodeAt(23) !== LETTER_Z) return false
-  const century = twoDigits(s, 0)
-  const yearOfCentury = twoDigits(s, 2)
-  const month = twoDigits(s, 5)
-  const day = twoDigits(s, 8)
   const hour = twoDigits(s, 11)
   const minute = twoDigits(s, 14)
   const second = twoDigits(s, 17)
+  return isCalendarDate(s, 0) && hour >= 0 && hour <= 23 && minute >= 0 && minute <= 59 && second >= 0 && second <= 59 &&
+    twoDigits(s, 20) >= 0 && twoDigits(s, 21) >= 0 // the milliseconds: three digits
+}
+
+/** Whether s[at..at+10) is 'YYYY-MM-DD' of a real day in years 1 to 9999, given its dashes are checked. */
+function isCalendarDate (s: string, at: number): boolean {
+  const century = twoDigits(s, at)
+  const yearOfCentury = twoDigits(s, at + 2)
+  const month = twoDigits(s, at + 5)
+  const day = twoDigits(s, at + 8)
   const year = century * 100 + yearOfCentury
   return century >= 0 && yearOfCentury >= 0 && year >= 1 && month >= 1 && month <= 12 &&
-    day >= 1 && (day <= 28 || day <= daysInMonth(year, month)) &&
-    hour >= 0 && hour <= 23 && minute >= 0 && minute <= 59 && second >= 0 && second <= 59 &&
-    twoDigits(s, 20) >= 0 && twoDigits(s, 21) >= 0 // the milliseconds: three digits
+    day >= 1 && (day <= 28 || day <= daysInMonth(year, month))
 }
 
 const TIMESTAMP_TEXT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,]([0-9]+))?)?)? ?(Z|z|[+-][0-9]{2}(?::?[0-9]{2})?)?$/

@@ -65,6 +65,34 @@ t.test('decimal: an exact value written with any exponent reads back as one text
   t.pass('exponent forms agree')
 })
 
+/** decimal(p,s) by plain string arithmetic: the oracle for the writer's own paths. */
+function decimalOracle (text: string, precision: number, scale: number): string | 'refused' {
+  const m = /^([+-]?)([0-9]*)(?:\.([0-9]*))?$/.exec(text)
+  if (m === null || (m[2] === '' && (m[3] ?? '') === '')) return 'refused'
+  const integer = m[2].replace(/^0+/, '')
+  const fraction = (m[3] ?? '').replace(/0+$/, '')
+  if (fraction.length > scale || integer.length > precision - scale) return 'refused'
+  const zero = integer === '' && fraction === ''
+  return (m[1] === '-' && !zero ? '-' : '') + (integer === '' ? '0' : integer) + (scale > 0 ? '.' + fraction.padEnd(scale, '0') : '')
+}
+
+t.test('decimal: text in every arrangement of sign, zeros, digits and point reads as plain arithmetic says', async (t) => {
+  const digits = fc.string({ unit: fc.constantFrom('0', '0', '1', '9'), maxLength: 6 })
+  const text = fc.tuple(fc.constantFrom('', '-', '+'), digits, fc.constantFrom('', '.', '.'), digits, fc.constantFrom('', '', 'x', ' '))
+    .map(([sign, integer, point, fraction, tail]) => sign + integer + point + fraction + tail)
+  fc.assert(fc.property(text, fc.integer({ min: 1, max: 6 }), fc.integer({ min: 0, max: 3 }), (value, precision, extra) => {
+    const scale = Math.min(extra, precision)
+    let got: string
+    try {
+      got = decimalText(precision, scale)(value) as string
+    } catch {
+      got = 'refused'
+    }
+    return got === decimalOracle(value.trim(), precision, scale)
+  }), { numRuns: 20000 })
+  t.pass('every generated text agrees with the oracle')
+})
+
 t.test('float: finite doubles; NaN and infinities are NULL', async (t) => {
   t.equal(floatValue(0.1), 0.1)
   t.equal(floatValue('2.5'), 2.5)
@@ -107,6 +135,24 @@ t.test("date: 'YYYY-MM-DD', calendar-checked, years 1 to 9999", async (t) => {
   for (const bad of ['2023-02-29', '2024-13-01', '0000-01-01', '24-01-01', '2024-1-1', new Date(NaN), new Date('+010000-01-01T00:00:00Z')]) {
     t.throws(() => dateText(bad), REFUSED, `refuses ${String(bad)}`)
   }
+})
+
+t.test('date: every YYYY-MM-DD of two-digit fields is kept exactly when it is a real day of years 1 to 9999', async (t) => {
+  const two = fc.integer({ min: 0, max: 99 }).map((n) => String(n).padStart(2, '0'))
+  fc.assert(fc.property(two, two, two, two, (century, yearOfCentury, month, day) => {
+    const text = `${century}${yearOfCentury}-${month}-${day}`
+    const at = new Date(0)
+    at.setUTCFullYear(Number(century + yearOfCentury), Number(month) - 1, Number(day))
+    const real = Number(century + yearOfCentury) >= 1 && at.toISOString().slice(0, 10) === text
+    let got: string | null | 'refused'
+    try {
+      got = dateText(text)
+    } catch {
+      got = 'refused'
+    }
+    return got === (real ? text : 'refused')
+  }), { numRuns: 5000 })
+  t.pass('every generated date agrees with the calendar')
 })
 
 t.test('timestamp: ISO 8601 in UTC, milliseconds to microseconds', async (t) => {
