@@ -227,7 +227,8 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   const sent = metrics === null ? undefined : (bytes: number): void => { metrics.downloadSent(q.format, bytes) }
   let body: Buffer | Readable
   try {
-    body = await wholeIfSmall(download.body, abort, context.chunkSize, sent)
+    const whole = download.whole?.()
+    body = whole !== undefined ? Buffer.from(whole) : await wholeIfSmall(download.body, abort, context.chunkSize, sent)
   } catch (err) {
     // The client left before anything was sent: there is no one to answer
     // (the close is logged by the data routes).

@@ -113,13 +113,19 @@ function wholeDocument (spec: DownloadSpec, taken: Array<Iterable<Row> | AsyncIt
   return out + '}\n'
 }
 
-async function * jsonDocument (spec: DownloadSpec): AsyncGenerator<string | Buffer> {
+/** The rows asked for by Download.whole, and whether it was asked: the body goes on from there. */
+interface WholeAttempt {
+  tried: boolean
+  taken: Array<Iterable<Row> | AsyncIterable<Row>>
+}
+
+async function * jsonDocument (spec: DownloadSpec, attempt: WholeAttempt): AsyncGenerator<string | Buffer> {
   const { entities } = spec
   if (entities.length === 0) yield '{}\n'
   // Nothing is sent before the first rows are read: a source that fails at
   // once still gets a clean 500.
-  const taken: Array<Iterable<Row> | AsyncIterable<Row>> = []
-  const whole = wholeDocument(spec, taken)
+  const { taken } = attempt
+  const whole = attempt.tried ? undefined : wholeDocument(spec, taken)
   if (whole !== undefined) {
     yield whole
     return
@@ -143,11 +149,18 @@ async function closeRows (rows: Iterable<Row> | AsyncIterable<Row>): Promise<voi
 }
 
 /** `json`: one object keyed by entity name, each an array of row objects. */
-export const jsonFormat: DownloadFormat = (spec) => ({
-  contentType: 'application/json; charset=utf-8',
-  fileName: `${spec.dataset.name}.json`,
-  body: jsonDocument(spec)
-})
+export const jsonFormat: DownloadFormat = (spec) => {
+  const attempt: WholeAttempt = { tried: false, taken: [] }
+  return {
+    contentType: 'application/json; charset=utf-8',
+    fileName: `${spec.dataset.name}.json`,
+    body: jsonDocument(spec, attempt),
+    whole: () => {
+      attempt.tried = true
+      return wholeDocument(spec, attempt.taken)
+    }
+  }
+}
 
 /** `json-zip`: `<entity>.json` per entity, each an array of row objects. */
 export const jsonZipFormat: DownloadFormat = (spec) => {
