@@ -5,10 +5,15 @@
 // body read as it comes, payloadAsStream, since 2026-11-26: gathered into one
 // buffer, as before, it cost this process a 12 MB copy per call), once
 // over real HTTP on loopback (fetch, the whole body read as it comes), with
-// the server's longest event-loop delay meanwhile (monitorEventLoopDelay).
+// the server's longest event-loop delay meanwhile (monitorEventLoopDelay),
+// and the longest garbage collection among them (PerformanceObserver 'gc').
 // The HTTP client runs in a process of its own (body-reader.ts): in this one
 // its own garbage and parsing counted as the server's delay. BENCH_CLIENT=same
-// puts it back in this process, as before.
+// puts it back in this process, as before. Every query is timed over HTTP
+// before any is timed through inject (since 2026-11-26 evening): the inject
+// runs' chunks are this process's own garbage, and were collected while the
+// next query's HTTP runs were timed; the first answer of each query is
+// counted as it streams for the same reason.
 //
 //   npx tsx test/bench/usage-query.ts
 //
@@ -22,7 +27,7 @@ import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { monitorEventLoopDelay } from 'node:perf_hooks'
+import { constants as perfConstants, monitorEventLoopDelay, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks'
 import Fastify from 'fastify'
 import pg from 'pg'
 import dataEndpoints, { PgStorage, SqliteStorage, type Storage, type UsageCount } from '../../lib/index.js'
@@ -128,6 +133,26 @@ try {
     for await (const chunk of res.body as AsyncIterable<Uint8Array>) length += chunk.byteLength
     return [res.status, length]
   }
+  /**
+   * The first answer's status, length and rows (counted in its bytes as they
+   * come: a 12 MB text, or 73,000 pieces of it, left in this process would
+   * be collected during the timed runs).
+   */
+  const firstAnswer = async (url: string): Promise<{ status: number, length: number, rows: number }> => {
+    const res = await app.inject({ url, headers: ADMIN, payloadAsStream: true })
+    const marker = Buffer.from('{"start":')
+    let length = 0
+    let rows = 0
+    let tail = Buffer.alloc(0)
+    for await (const chunk of res.stream() as AsyncIterable<Buffer>) {
+      length += chunk.byteLength
+      // The marker may straddle two chunks: search from the last chunk's end.
+      const text = Buffer.concat([tail, chunk])
+      for (let at = text.indexOf(marker); at !== -1; at = text.indexOf(marker, at + 1)) rows++
+      tail = text.subarray(Math.max(0, text.length - marker.length + 1))
+    }
+    return { status: res.statusCode, length, rows: res.statusCode === 200 ? rows : 0 }
+  }
   /** The times of `times` HTTP calls made by the reader process. */
   const readTimes = async (url: string, times: number, status: number, length: number): Promise<number[]> => {
     if (reader === null) throw new Error('no reader process')
@@ -136,36 +161,70 @@ try {
     if (answer.error !== undefined) throw new Error(answer.error)
     return answer.ms as number[]
   }
-  console.log('| query | rows | status | inject: median (ms) | p95 (ms) | HTTP: median (ms) | p95 (ms) | HTTP: the server\'s longest event-loop delay (ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|')
-  for (const [label, query] of cases) {
-    if (process.env.BENCH_ONLY !== undefined && !label.includes(process.env.BENCH_ONLY)) continue
+  const GC_KINDS: Record<number, string> = {
+    [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'scavenge',
+    [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: 'mark-compact',
+    [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental marking',
+    [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: 'weak callbacks'
+  }
+  const gcText = (entry: PerformanceEntry | undefined): string => {
+    if (entry === undefined) return 'none'
+    const kind = ((entry as PerformanceEntry & { detail?: { kind?: number } }).detail)?.kind ?? -1
+    return `${entry.duration.toFixed(1)} ${GC_KINDS[kind] ?? 'other'}`
+  }
+  const chosen = cases.filter(([label]) => process.env.BENCH_ONLY === undefined || label.includes(process.env.BENCH_ONLY))
+  const firsts = new Map<string, { status: number, length: number, rows: number }>()
+  const timed = new Map<string, { http: number[], inject: number[], loopMs: number, gc: string }>()
+  const quantiles = (times: number[]): string[] => {
+    const sorted = [...times].sort((a, b) => a - b)
+    return [0.5, 0.95].map((q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))].toFixed(1))
+  }
+  // Every query over HTTP first, then every query through inject: the inject
+  // runs' garbage (their chunks are this process's own) would otherwise be
+  // collected while a later query's HTTP runs are timed, and counted as the
+  // server's delay.
+  for (const [label, query] of chosen) {
     const url = `${P}/usage?${query}`
-    const first = await app.inject({ url, headers: ADMIN })
-    // Counted in the text: parsing 12 MB of JSON here would leave the
-    // server process tens of thousands of objects to collect meanwhile.
-    const rows = first.statusCode === 200 ? first.body.split('{"start":').length - 1 : 0
-    const figures: string[] = []
+    const first = await firstAnswer(url)
+    firsts.set(label, first)
     const loop = monitorEventLoopDelay({ resolution: 1 })
-    for (const http of [false, true]) {
-      if (http) loop.enable()
-      let times: number[] = []
-      if (http && reader !== null) {
-        times = (await readTimes(url, 22, first.statusCode, first.rawPayload.length)).slice(2)
-      } else {
-        for (let i = 0; i < 22; i++) {
-          const t0 = process.hrtime.bigint()
-          const [status, length] = await call(url, http)
-          if (status !== first.statusCode || length !== first.rawPayload.length) throw new Error(`${label}: ${status}, ${length} bytes`)
-          if (i >= 2) times.push(Number(process.hrtime.bigint() - t0) / 1e6)
-        }
+    // The longest garbage collection meanwhile: how much of the delay is V8's.
+    let longestGc: PerformanceEntry | undefined
+    const gcs = new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) if (longestGc === undefined || entry.duration > longestGc.duration) longestGc = entry
+    })
+    gcs.observe({ entryTypes: ['gc'] })
+    loop.enable()
+    let http: number[] = []
+    if (reader !== null) {
+      http = (await readTimes(url, 22, first.status, first.length)).slice(2)
+    } else {
+      for (let i = 0; i < 22; i++) {
+        const t0 = process.hrtime.bigint()
+        const [status, length] = await call(url, true)
+        if (status !== first.status || length !== first.length) throw new Error(`${label}: ${status}, ${length} bytes`)
+        if (i >= 2) http.push(Number(process.hrtime.bigint() - t0) / 1e6)
       }
-      times.sort((a, b) => a - b)
-      const at = (q: number): string => times[Math.min(times.length - 1, Math.floor(q * times.length))].toFixed(1)
-      figures.push(at(0.5), at(0.95))
     }
     loop.disable()
-    figures.push((loop.max / 1e6).toFixed(1))
-    console.log(`| ${label} | ${rows.toLocaleString('en')} | ${first.statusCode} | ${figures.join(' | ')} |`)
+    gcs.disconnect()
+    timed.set(label, { http, inject: [], loopMs: loop.max / 1e6, gc: gcText(longestGc) })
+  }
+  for (const [label, query] of chosen) {
+    const first = firsts.get(label) as { status: number, length: number }
+    const inject = (timed.get(label) as { inject: number[] }).inject
+    for (let i = 0; i < 22; i++) {
+      const t0 = process.hrtime.bigint()
+      const [status, length] = await call(`${P}/usage?${query}`, false)
+      if (status !== first.status || length !== first.length) throw new Error(`${label}: ${status}, ${length} bytes`)
+      if (i >= 2) inject.push(Number(process.hrtime.bigint() - t0) / 1e6)
+    }
+  }
+  console.log('| query | rows | status | inject: median (ms) | p95 (ms) | HTTP: median (ms) | p95 (ms) | HTTP: the server\'s longest event-loop delay (ms) | of which the longest collection (ms, kind) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+  for (const [label] of chosen) {
+    const first = firsts.get(label) as { status: number, rows: number }
+    const { http, inject, loopMs, gc } = timed.get(label) as { http: number[], inject: number[], loopMs: number, gc: string }
+    console.log(`| ${label} | ${first.rows.toLocaleString('en')} | ${first.status} | ${[...quantiles(inject), ...quantiles(http), loopMs.toFixed(1), gc].join(' | ')} |`)
   }
   reader?.disconnect()
 } finally {
