@@ -162,6 +162,29 @@ t.test('failed usage flushes are counted', async (t) => {
   t.equal((await samples(registry, 'data_endpoints_usage_flush_failures_total')).get(''), 2)
 })
 
+t.test('counts and bytes are exact across scrapes: each read adds what came since the last, once', async (t) => {
+  const registry = new Registry()
+  const { app } = await buildApp(t, { metrics: { registry } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  const ok = '{route="dataset",status="200",reason="ok"}'
+  const download = async (): Promise<number> => {
+    const res = await app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'json' } })
+    t.equal(res.statusCode, 200)
+    return res.rawPayload.length
+  }
+  let size = await download()
+  size += await download()
+  t.equal((await samples(registry, 'data_endpoints_requests_total')).get(ok), 2)
+  t.equal((await samples(registry, 'data_endpoints_requests_total')).get(ok), 2, 'a second read adds nothing')
+  for (let i = 0; i < 3; i++) size += await download()
+  await app.inject({ url: DATASET_URL, query: { api_key: k.key, format: 'xml' } })
+  const counted = await samples(registry, 'data_endpoints_requests_total')
+  t.equal(counted.get(ok), 5)
+  t.equal(counted.get('{route="dataset",status="500",reason="unknown_format"}'), 1)
+  t.equal((await samples(registry, 'data_endpoints_download_bytes_total')).get('{format="json"}'), size)
+})
+
 t.test('the metrics leave the registry at close; a bad metrics option is refused at registration', async (t) => {
   const registry = new Registry()
   const first = await buildApp(t, { metrics: { registry } })
