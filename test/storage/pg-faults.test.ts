@@ -135,6 +135,29 @@ if (url !== null) {
     await expectService(t, setup, key, 'when it is fast again')
   })
 
+  t.test('a usage history read row by row: refused within a bounded time when the database is slow or gone, then served again', async (t) => {
+    const setup = await behindProxy(t)
+    await keyWithDownloads(t, setup, 3)
+    await setup.app.dataEndpoints.flushUsage()
+    const usage = async (): Promise<unknown> => {
+      const res = await setup.app.inject({ url: `${P}/usage?granularity=hour`, headers: ADMIN })
+      t.equal(res.statusCode, 200, 'usage answered')
+      return res.json()
+    }
+    const before = await usage()
+    t.ok((before as { rows: unknown[] }).rows.length > 0, 'the downloads are in the history')
+    const project = { organization: 'acme', project: 'shop' }
+    const query = { granularity: 'hour' as const, from: new Date(Date.now() - 86_400_000), to: new Date(Date.now() + 3_600_000), limit: 1000 }
+    for (const fault of ['slow', 'cut'] as const) {
+      setup.proxy[fault]()
+      const started = Date.now()
+      await t.rejects((setup.storage as PgStorage).queryUsageColumns(project, query), /^PostgreSQL unavailable: /, `${fault}: refused`)
+      t.ok(Date.now() - started < BOUND_MS, `${fault}: within ${BOUND_MS} ms`)
+      setup.proxy.restore()
+      for (let i = 0; i < 5; i++) t.same(await usage(), before, `${fault}: the same answer once it is back (${i + 1})`)
+    }
+  })
+
   t.test('a storage opened while the database is down starts working when it returns', async (t) => {
     const setup = await behindProxy(t)
     setup.proxy.cut()
