@@ -1,0 +1,112 @@
+// Where a request's server CPU goes, in µs per request, on the example bench
+// server (example-bench-server.ts, CACHE=off, LOG_LEVEL=warn): each route is
+// loaded with autocannon (20 connections) while `perf record` samples the
+// server's threads, and the samples are shared out, for the main thread, by
+// the innermost JavaScript frame (native code and the kernel count for the
+// JavaScript that called them: a SQLite read for the function that ran it, a
+// socket write for the stream code) and by its module. Not a test: run it with
+//   nice -n -20 npx tsx test/bench/request-profile.ts [routes, e.g. json,hand] [seconds]
+// Routes: json (the example's authenticated json of `sales`), meta
+// (meta=entities), hand (the hand-written route), download (a Map key check
+// and the plugin's download code), bare (precomputed bytes). Needs Linux
+// `perf`. Inlined functions count under their caller; compare two routes or
+// two versions rather than reading one figure as exact.
+import { spawn, spawnSync } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import { setTimeout as sleep } from 'node:timers/promises'
+import autocannon from 'autocannon'
+import { compileForBench, REPO } from './compile.js'
+
+const routes = (process.argv[2] ?? 'json,hand').split(',')
+const seconds = Number(process.argv[3] ?? 8)
+const FREQUENCY = 2000 // samples a second
+const TOP = 25
+
+const dir = mkdtempSync(join(tmpdir(), 'fde-request-profile-'))
+process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
+const entry = compileForBench(join(REPO, 'test/bench/example-bench-server.ts'), join(dir, 'build'))
+const child = spawn(process.execPath, ['--perf-basic-prof', entry], {
+  cwd: REPO, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit']
+})
+let key = ''
+let ports: string[] = []
+for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
+  key = /^key (\S+)$/.exec(line)?.[1] ?? key
+  const m = /^ports (\d+) (\d+)$/.exec(line)
+  if (m !== null) {
+    ports = [m[1], m[2]]
+    break
+  }
+}
+child.stdout?.resume()
+const urls: Record<string, string> = {
+  json: `http://127.0.0.1:${ports[0]}/api/acme/shop/model/1/dataset/1?format=json`,
+  meta: `http://127.0.0.1:${ports[0]}/api/acme/shop/model/1/dataset/1?meta=entities`,
+  hand: `http://127.0.0.1:${ports[1]}/hand/sales`,
+  download: `http://127.0.0.1:${ports[1]}/hand/download?format=json`,
+  bare: `http://127.0.0.1:${ports[1]}/bare`
+}
+
+/** The main thread's samples (stacks of frame names, innermost first) while `route` is loaded, and the requests answered meanwhile. */
+async function record (route: string): Promise<{ stacks: string[][], requests: number }> {
+  const options = { url: urls[route], headers: { authorization: `Bearer ${key}` }, connections: 20 }
+  await autocannon({ ...options, duration: 2 }) // warm-up
+  const load = autocannon({ ...options, duration: seconds + 3 })
+  await sleep(1500)
+  const data = join(dir, `perf-${route}.data`)
+  const perf = spawn('perf', ['record', '-F', String(FREQUENCY), '-g', '-p', String(child.pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
+  const [status] = await once(perf, 'exit') as [number | null]
+  if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
+  const result = await load
+  if (result.non2xx > 0) throw new Error(`${route}: ${result.non2xx} requests failed`)
+  const script = spawnSync('perf', ['script', '-i', data, '-F', 'tid,ip,sym'], { maxBuffer: 1 << 30, encoding: 'utf8' })
+  // perf script prints a line with the thread id, then one frame per line, then a blank line.
+  const byThread = new Map<string, string[][]>()
+  let frames: string[] = []
+  for (const line of script.stdout.split('\n')) {
+    if (/^\s*\d+\s*$/.test(line)) {
+      frames = []
+      const thread = byThread.get(line.trim()) ?? []
+      thread.push(frames)
+      byThread.set(line.trim(), thread)
+    } else if (line.trim() !== '') {
+      frames.push(line.trim().replace(/^[0-9a-f]+ /, ''))
+    }
+  }
+  // The main thread has the most samples; the others are V8's and libuv's helpers.
+  const stacks = [...byThread.values()].sort((a, b) => b.length - a.length)[0] ?? []
+  return { stacks, requests: result.requests.average * seconds }
+}
+
+/** The innermost JavaScript frame of a sample, without the build directory; or the native frame it ran in. */
+function innermostJs (stack: string[]): string {
+  const js = stack.find((frame) => frame.startsWith('JS:'))
+  if (js === undefined) return `(no JavaScript frame) ${stack.find((f) => /^(uv__|node::|v8::)/.test(f)) ?? stack[0] ?? ''}`
+  return js.replace(/^JS:[*~^]?/, '').replace(/file:\/\/\/\S*?\/build\//, '').replace(/\/\S*?\/node_modules\//, '')
+}
+
+function moduleOf (frame: string): string {
+  if (frame.startsWith('(no JavaScript frame)')) return '(no JavaScript frame: the event loop, GC, the parser)'
+  return /(node:[a-z_/]+|(?:lib|examples|test)\/[a-z]+(?:\/[a-z-]+)?|@fastify\/[a-z-]+|[a-z-]+\/(?=lib|index|fastify))/.exec(frame)?.[1] ?? 'other'
+}
+
+for (const route of routes) {
+  const { stacks, requests } = await record(route)
+  const perRequest = (samples: number): string => (samples / FREQUENCY * 1e6 / requests).toFixed(1)
+  const tally = (name: (stack: string[]) => string): Array<[string, number]> => {
+    const counts = new Map<string, number>()
+    for (const stack of stacks) counts.set(name(stack), (counts.get(name(stack)) ?? 0) + 1)
+    return [...counts].sort((a, b) => b[1] - a[1]).slice(0, TOP)
+  }
+  console.log(`\n${route}: ${Math.round(requests / seconds)} req/s; the main thread ${perRequest(stacks.length)} µs of CPU a request\n`)
+  console.log('| µs/req | module (by the innermost JavaScript frame) |\n|---:|---|')
+  for (const [name, n] of tally((s) => moduleOf(innermostJs(s)))) console.log(`| ${perRequest(n)} | ${name} |`)
+  console.log('\n| µs/req | innermost JavaScript frame |\n|---:|---|')
+  for (const [name, n] of tally(innermostJs)) console.log(`| ${perRequest(n)} | \`${name}\` |`)
+}
+child.kill('SIGTERM')
+await once(child, 'exit')
