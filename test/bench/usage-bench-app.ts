@@ -1,0 +1,70 @@
+// The usage bench's server (usage-query.ts): the plugin as the bench
+// registers it, a watch on the event loop and V8's collections, and the
+// timing of inject calls. Shared by the bench, which seeds the history
+// through it, and usage-server.ts, which serves it in a process of its own.
+import { constants as perfConstants, monitorEventLoopDelay, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks'
+import Fastify, { type FastifyInstance } from 'fastify'
+import dataEndpoints, { type Storage } from '../../lib/index.js'
+import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+
+export const ADMIN = { 'x-permissions': 'ManageAPIKeys' }
+
+export async function usageBenchApp (storage: Storage): Promise<FastifyInstance> {
+  const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
+  const app = Fastify()
+  await app.register(dataEndpoints, {
+    storage,
+    datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
+    pipelines: jobs,
+    jobs,
+    bcryptCost: 4,
+    managementUi: false,
+    getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',')
+  })
+  await app.ready()
+  return app
+}
+
+const GC_KINDS: Record<number, string> = {
+  [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'scavenge',
+  [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: 'mark-compact',
+  [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental marking',
+  [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: 'weak callbacks'
+}
+
+export interface LoopWatch { loopMs: number, gc: string }
+
+/** Starts watching this process's event loop; the returned function stops and tells the longest delay and the longest collection meanwhile. */
+export function watchLoop (): () => LoopWatch {
+  const loop = monitorEventLoopDelay({ resolution: 1 })
+  let longest: PerformanceEntry | undefined
+  const gcs = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) if (longest === undefined || entry.duration > longest.duration) longest = entry
+  })
+  gcs.observe({ entryTypes: ['gc'] })
+  loop.enable()
+  return () => {
+    loop.disable()
+    gcs.disconnect()
+    const kind = ((longest as PerformanceEntry & { detail?: { kind?: number } } | undefined)?.detail)?.kind ?? -1
+    return { loopMs: loop.max / 1e6, gc: longest === undefined ? 'none' : `${longest.duration.toFixed(1)} ${GC_KINDS[kind] ?? 'other'}` }
+  }
+}
+
+/**
+ * `times` calls of `url` through inject, one after another, each body read
+ * as it comes (gathering it whole would be the harness's own copy of up to
+ * 12 MB); checks status and length; the time of each after the first two.
+ */
+export async function injectTimes (app: FastifyInstance, url: string, times: number, status: number, length: number): Promise<number[]> {
+  const ms: number[] = []
+  for (let i = 0; i < times; i++) {
+    const t0 = process.hrtime.bigint()
+    const res = await app.inject({ url, headers: ADMIN, payloadAsStream: true })
+    let got = 0
+    for await (const chunk of res.stream() as AsyncIterable<Buffer>) got += chunk.byteLength
+    if (res.statusCode !== status || got !== length) throw new Error(`${url}: ${res.statusCode}, ${got} bytes`)
+    if (i >= 2) ms.push(Number(process.hrtime.bigint() - t0) / 1e6)
+  }
+  return ms
+}
