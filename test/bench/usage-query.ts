@@ -111,6 +111,8 @@ try {
     const build = join(dir, 'build')
     const entry = compileForBench(join(REPO, 'test/bench/usage-server.ts'), build)
     server = fork(entry, [], {
+      // e.g. BENCH_SERVER_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' to profile the server
+      execArgv: (process.env.BENCH_SERVER_ARGS ?? '').split(' ').filter((arg) => arg !== ''),
       cwd: REPO,
       stdio: 'inherit',
       env: { ...process.env, PGURL: pgUrl, PG_SCHEMA: pgSchema, SQLITE_FILE: join(dir, 'usage.db') }
