@@ -1,5 +1,5 @@
 import { setImmediate } from 'node:timers/promises'
-import type { UsageColumns, UsageOutcome, UsageRow, UsageSeriesName } from './storage.js'
+import type { UsageColumns, UsageOutcome, UsageRow } from './storage.js'
 import { usageColumns, usageRowsOf } from './usage-columns.js'
 
 /**
@@ -32,13 +32,15 @@ const byCode = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
 class Points {
   length = 0
   starts = new Float64Array(1024)
+  series = new Uint32Array(1024)
   counts = new Float64Array(1024)
   bytes = new Float64Array(1024)
 
-  add (start: number, count: number, bytes: number): void {
+  add (start: number, series: number, count: number, bytes: number): void {
     if (this.length === this.starts.length) this.grow()
     const i = this.length++
     this.starts[i] = start
+    this.series[i] = series
     this.counts[i] = count
     this.bytes[i] = bytes
   }
@@ -46,18 +48,19 @@ class Points {
   private grow (): void {
     const size = this.length * 2
     this.starts = grown(this.starts, new Float64Array(size))
+    this.series = grown(this.series, new Uint32Array(size))
     this.counts = grown(this.counts, new Float64Array(size))
     this.bytes = grown(this.bytes, new Float64Array(size))
   }
 }
 
-function grown (from: Float64Array, to: Float64Array<ArrayBuffer>): Float64Array<ArrayBuffer> {
+function grown<T extends Float64Array | Uint32Array> (from: T, to: T): T {
   to.set(from)
   return to
 }
 
 /** Reads one series' text into `points`; digits read in place, no substring per number. */
-function readSeries (text: string, points: Points): void {
+function readSeries (text: string, index: number, points: Points): void {
   let start = 0
   let count = 0
   let colons = 0
@@ -75,7 +78,7 @@ function readSeries (text: string, points: Points): void {
     } else if (code === COMMA) {
       const bytes = colons >= 2 ? value : 0
       if (colons < 2) count = value
-      points.add(start, count, bytes)
+      points.add(start, index, count, bytes)
       value = 0
       colons = 0
     } else {
@@ -85,97 +88,61 @@ function readSeries (text: string, points: Points): void {
 }
 
 /**
- * The series of one query, read as they come: each series' text is read into
- * typed columns at once and then dropped, so no text outlives its row. (Held
- * until the last row came, a year of all keys by day was 1.2 MB of text that
- * every young-generation collection during the query copied, and promoted.)
- * `columns()` then gives the usage history's rows: by start, endpoint id, key
- * id (none first) and outcome, ids compared by code unit (as COLLATE "C" and
- * SQLite do), at most `limit`. The points are placed by start with a
- * counting sort over the distinct starts (a year by hour has 8,760), taking
- * the series in that order, so each start's points stay in series order. No
- * long work in one go: the event loop gets a turn every TURN points.
- * Everything a query holds while it runs is in typed arrays: with a bucket
- * array per start and a boxed number per start, a year of all keys by day
- * left the young generation's collections some 5 MB to copy each time,
- * pauses of 5-15 ms.
+ * The series' points as the usage history's rows: by start, endpoint id,
+ * key id (none first) and outcome, ids compared by code unit (as COLLATE "C"
+ * and SQLite do), at most `limit`. The series are read in that order, then
+ * the points are placed by start with a counting sort over the distinct
+ * starts (a year by hour has 8,760), which keeps each start's points in
+ * series order. No long work in one go: the event loop gets a turn every
+ * TURN points. Everything a query holds while it runs is in typed arrays:
+ * with a bucket array per start and a boxed number per start, a year of all
+ * keys by day left the young generation's collections some 5 MB to copy
+ * each time, pauses of 5-15 ms.
  */
-export class SeriesPoints {
-  private readonly names: UsageSeriesName[] = []
-  /** per series, in the order they came: where its points begin and end */
-  private readonly begins: number[] = []
-  private readonly ends: number[] = []
-  private readonly points = new Points()
-
-  /** Points read so far. */
-  get length (): number {
-    return this.points.length
-  }
-
-  add (series: UsageSeries): void {
-    this.names.push({ endpointId: series.endpointId, keyId: series.keyId === '' ? null : series.keyId, outcome: series.outcome })
-    this.begins.push(this.points.length)
-    if (series.points !== '') readSeries(series.points, this.points)
-    this.ends.push(this.points.length)
-  }
-
-  async columns (limit: number): Promise<UsageColumns> {
-    const { points, names } = this
-    // The series in the documented order ('' for no key sorts first, as null).
-    const order = names.map((_, i) => i).sort((a, b) => byCode(names[a].endpointId, names[b].endpointId) ||
-      byCode(names[a].keyId ?? '', names[b].keyId ?? '') || byCode(names[a].outcome, names[b].outcome))
-    const rankOfSeries = new Uint32Array(names.length)
-    for (let r = 0; r < order.length; r++) rankOfSeries[order[r]] = r
-    // Each point's start's rank among the distinct starts, and how many points each start has.
-    const rankOf = new Map<number, number>()
-    for (let i = 0; i < points.length; i++) {
-      if (!rankOf.has(points.starts[i])) rankOf.set(points.starts[i], 0)
-      if ((i + 1) % TURN === 0) await setImmediate()
-    }
-    const starts = [...rankOf.keys()].sort((a, b) => a - b)
-    for (let r = 0; r < starts.length; r++) rankOf.set(starts[r], r)
-    const ranks = new Uint32Array(points.length)
-    const next = new Uint32Array(starts.length + 1)
-    for (let i = 0; i < points.length; i++) {
-      const rank = rankOf.get(points.starts[i]) as number
-      ranks[i] = rank
-      next[rank + 1]++
-      if ((i + 1) % TURN === 0) await setImmediate()
-    }
-    for (let r = 1; r <= starts.length; r++) next[r] += next[r - 1]
-    const length = Math.min(points.length, limit)
-    const columns = usageColumns(length)
-    columns.series = order.map((i) => names[i])
-    let placed = 0
-    for (const series of order) {
-      for (let i = this.begins[series]; i < this.ends[series]; i++) {
-        const at = next[ranks[i]]++
-        if (at < length) {
-          columns.starts[at] = points.starts[i] * 1000
-          columns.seriesOf[at] = rankOfSeries[series]
-          columns.counts[at] = points.counts[i]
-          columns.bytes[at] = points.bytes[i]
-        }
-        if (++placed % TURN === 0) await setImmediate()
-      }
-    }
-    columns.length = length
-    return columns
-  }
-}
-
-/** The series' points as the usage history's rows (see SeriesPoints), from series already read. */
 export async function mergeSeriesColumns (series: readonly UsageSeries[], limit: number): Promise<UsageColumns> {
-  const reading = new SeriesPoints()
+  const ordered = [...series].sort((a, b) => byCode(a.endpointId, b.endpointId) || byCode(a.keyId, b.keyId) || byCode(a.outcome, b.outcome))
+  const points = new Points()
   let read = 0
-  for (const one of series) {
-    reading.add(one)
-    if (reading.length - read >= TURN) {
-      read = reading.length
+  for (const [index, { points: text }] of ordered.entries()) {
+    if (text === '') continue
+    readSeries(text, index, points)
+    if (points.length - read >= TURN) {
+      read = points.length
       await setImmediate()
     }
   }
-  return reading.columns(limit)
+  // Each point's start's rank among the distinct starts, and how many points each start has.
+  const rankOf = new Map<number, number>()
+  for (let i = 0; i < points.length; i++) {
+    if (!rankOf.has(points.starts[i])) rankOf.set(points.starts[i], 0)
+    if ((i + 1) % TURN === 0) await setImmediate()
+  }
+  const starts = [...rankOf.keys()].sort((a, b) => a - b)
+  for (let r = 0; r < starts.length; r++) rankOf.set(starts[r], r)
+  const ranks = new Uint32Array(points.length)
+  const next = new Uint32Array(starts.length + 1)
+  for (let i = 0; i < points.length; i++) {
+    const rank = rankOf.get(points.starts[i]) as number
+    ranks[i] = rank
+    next[rank + 1]++
+    if ((i + 1) % TURN === 0) await setImmediate()
+  }
+  for (let r = 1; r <= starts.length; r++) next[r] += next[r - 1]
+  const length = Math.min(points.length, limit)
+  const columns = usageColumns(length)
+  columns.series = ordered.map((s) => ({ endpointId: s.endpointId, keyId: s.keyId === '' ? null : s.keyId, outcome: s.outcome }))
+  for (let i = 0; i < points.length; i++) {
+    const at = next[ranks[i]]++
+    if (at < length) {
+      columns.starts[at] = points.starts[i] * 1000
+      columns.seriesOf[at] = points.series[i]
+      columns.counts[at] = points.counts[i]
+      columns.bytes[at] = points.bytes[i]
+    }
+    if ((i + 1) % TURN === 0) await setImmediate()
+  }
+  columns.length = length
+  return columns
 }
 
 /** mergeSeriesColumns as rows (what queryUsage answers). */
