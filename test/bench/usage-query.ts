@@ -169,7 +169,7 @@ try {
   }
   const chosen = cases.filter(([label]) => process.env.BENCH_ONLY === undefined || label.includes(process.env.BENCH_ONLY))
   const firsts = new Map<string, { status: number, length: number, rows: number }>()
-  const timed = new Map<string, { http: number[], inject: number[], loopMs: number, gc: string }>()
+  const timed = new Map<string, { http: number[], inject: number[], loopMs: number, heldMs: number | null, gc: string }>()
   const quantiles = (times: number[]): string[] => {
     const sorted = [...times].sort((a, b) => a - b)
     return [0.5, 0.95].map((q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))].toFixed(1))
@@ -184,19 +184,20 @@ try {
     firsts.set(label, first)
     const stop = await watch()
     const http = (await readTimes(url, 22, first.status, first.length)).slice(2)
-    const { loopMs, gc } = await stop()
-    timed.set(label, { http, inject: [], loopMs, gc })
+    const { loopMs, heldMs, gc } = await stop()
+    timed.set(label, { http, inject: [], loopMs, heldMs, gc })
   }
   for (const [label, query] of chosen) {
     const first = firsts.get(label) as { status: number, length: number }
     const entry = timed.get(label) as { inject: number[] }
     entry.inject = await injected(`${P}/usage?${query}`, 22, first.status, first.length)
   }
-  console.log('| query | rows | status | inject: median (ms) | p95 (ms) | HTTP: median (ms) | p95 (ms) | HTTP: the server\'s longest event-loop delay (ms) | of which the longest collection (ms, kind) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+  console.log('| query | rows | status | inject: median (ms) | p95 (ms) | HTTP: median (ms) | p95 (ms) | HTTP: the server\'s longest event-loop delay (ms) | longest hold: the main thread\'s CPU between two 1 ms ticks (ms) | the longest collection (ms, kind) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for (const [label] of chosen) {
     const first = firsts.get(label) as { status: number, rows: number }
-    const { http, inject, loopMs, gc } = timed.get(label) as { http: number[], inject: number[], loopMs: number, gc: string }
-    console.log(`| ${label} | ${first.rows.toLocaleString('en')} | ${first.status} | ${[...quantiles(inject), ...quantiles(http), loopMs.toFixed(1), gc].join(' | ')} |`)
+    const { http, inject, loopMs, heldMs, gc } = timed.get(label) as { http: number[], inject: number[], loopMs: number, heldMs: number | null, gc: string }
+    const held = heldMs === null ? 'n/a' : heldMs.toFixed(1)
+    console.log(`| ${label} | ${first.rows.toLocaleString('en')} | ${first.status} | ${[...quantiles(inject), ...quantiles(http), loopMs.toFixed(1), held, gc].join(' | ')} |`)
   }
   reader.disconnect()
 } finally {
