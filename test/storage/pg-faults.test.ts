@@ -135,7 +135,7 @@ if (url !== null) {
     await expectService(t, setup, key, 'when it is fast again')
   })
 
-  t.test('a usage history read row by row: refused within a bounded time when the database is slow or gone, then served again', async (t) => {
+  t.test('a usage history query is refused within a bounded time when the database is slow or gone, then served again', async (t) => {
     const setup = await behindProxy(t)
     await keyWithDownloads(t, setup, 3)
     await setup.app.dataEndpoints.flushUsage()
