@@ -14,15 +14,13 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Fastify from 'fastify'
 import pg from 'pg'
-import dataEndpoints, { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
-import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+import { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
 import { buildScaleProject, scalePurpose } from '../scale-project.js'
+import { ADMIN, managementBenchApp } from './management-app.js'
 
 const SIZES = (process.env.BENCH_SIZES ?? '10,100,1000,10000').split(',').map(Number)
 const RUNS = Number(process.env.BENCH_RUNS ?? 30)
-const ADMIN = { 'x-permissions': 'ManageAPIKeys' }
 const P = '/api-keys/acme/shop'
 const HOUR = 3_600_000
 const onPg = process.env.BENCH_STORAGE === 'pg'
@@ -63,18 +61,7 @@ for (const size of SIZES) {
     ? new PgStorage({ connectionString: pgUrl, schema })
     : new SqliteStorage({ filename: join(dir, `management-${size}.db`) })
   if (onPg) sizeSchemas.push(schema)
-  const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
-  const app = Fastify()
-  await app.register(dataEndpoints, {
-    storage,
-    datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
-    pipelines: jobs,
-    jobs,
-    // New keys and regenerations cost one bcrypt each: cost 4 keeps them from hiding the rest.
-    bcryptCost: 4,
-    managementUi: false,
-    getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',')
-  })
+  const app = await managementBenchApp(storage)
   // The floors, beside the plugin in the same server.
   let pageOfKeys = ''
   app.get('/bare/keys', async (request, reply) => reply.type('application/json; charset=utf-8').send(pageOfKeys))

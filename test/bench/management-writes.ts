@@ -7,14 +7,12 @@
 //   npx tsx test/bench/management-writes.ts
 //
 // Env: BENCH_STORAGE=pg (PgStorage on PGURL, in a schema of its own, dropped at the end).
-import Fastify from 'fastify'
 import pg from 'pg'
-import dataEndpoints, { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
-import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+import { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
 import { buildScaleProject } from '../scale-project.js'
+import { ADMIN, managementBenchApp } from './management-app.js'
 
 const RUNS = 40
-const ADMIN = { 'x-permissions': 'ManageAPIKeys' }
 const P = '/api-keys/acme/shop'
 const onPg = process.env.BENCH_STORAGE === 'pg'
 const pgUrl = process.env.PGURL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -24,12 +22,7 @@ console.log('| keys in the project | PUT endpoint (3 keys) | PATCH key | DELETE 
 for (const size of [10, 10_000]) {
   const schema = `bench_writes_${process.pid}_${size}`
   const storage: Storage = onPg ? new PgStorage({ connectionString: pgUrl, schema }) : new SqliteStorage({ filename: ':memory:' })
-  const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
-  const app = Fastify()
-  await app.register(dataEndpoints, {
-    storage, datasets: new MemoryDatasets().add(SALES_REF, salesDataset()), pipelines: jobs, jobs, bcryptCost: 4, managementUi: false,
-    getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',')
-  })
+  const app = await managementBenchApp(storage)
   await app.ready()
   try {
     const { keys } = await buildScaleProject(storage, { keys: size, endpoints: Math.max(2, size / 5) })

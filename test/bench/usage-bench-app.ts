@@ -1,27 +1,18 @@
-// The usage bench's server (usage-query.ts): the plugin as the bench
-// registers it, a watch on the event loop and V8's collections, and the
+// The usage bench's server (usage-query.ts): the plugin as the management
+// benches register it (management-app.ts), a watch on the event loop and V8's collections, and the
 // timing of inject calls. Shared by the bench, which seeds the history
 // through it, and usage-server.ts, which serves it in a process of its own.
 import { readFileSync } from 'node:fs'
 import { constants as perfConstants, monitorEventLoopDelay, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks'
-import Fastify, { type FastifyInstance } from 'fastify'
-import dataEndpoints, { type Storage } from '../../lib/index.js'
-import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+import type { FastifyInstance } from 'fastify'
+import type { Storage } from '../../lib/index.js'
+import { ADMIN, managementBenchApp } from './management-app.js'
 
-export const ADMIN = { 'x-permissions': 'ManageAPIKeys' }
+export { ADMIN }
 
+/** The usage bench's app, ready. */
 export async function usageBenchApp (storage: Storage): Promise<FastifyInstance> {
-  const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
-  const app = Fastify()
-  await app.register(dataEndpoints, {
-    storage,
-    datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
-    pipelines: jobs,
-    jobs,
-    bcryptCost: 4,
-    managementUi: false,
-    getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',')
-  })
+  const app = await managementBenchApp(storage)
   await app.ready()
   return app
 }
