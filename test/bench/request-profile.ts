@@ -11,7 +11,7 @@
 // and the plugin's download code), bare (precomputed bytes). Needs Linux
 // `perf`. Inlined functions count under their caller; compare two routes or
 // two versions rather than reading one figure as exact.
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -20,6 +20,7 @@ import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { compileForBench, REPO } from './compile.js'
+import { mainThreadStacks } from './perf-samples.js'
 
 const routes = (process.argv[2] ?? 'json,hand').split(',')
 const seconds = Number(process.argv[3] ?? 8)
@@ -63,22 +64,7 @@ async function record (route: string): Promise<{ stacks: string[][], requests: n
   if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
   const result = await load
   if (result.non2xx > 0) throw new Error(`${route}: ${result.non2xx} requests failed`)
-  const script = spawnSync('perf', ['script', '-i', data, '-F', 'tid,ip,sym'], { maxBuffer: 1 << 30, encoding: 'utf8' })
-  // perf script prints a line with the thread id, then one frame per line, then a blank line.
-  const byThread = new Map<string, string[][]>()
-  let frames: string[] = []
-  for (const line of script.stdout.split('\n')) {
-    if (/^\s*\d+\s*$/.test(line)) {
-      frames = []
-      const thread = byThread.get(line.trim()) ?? []
-      thread.push(frames)
-      byThread.set(line.trim(), thread)
-    } else if (line.trim() !== '') {
-      frames.push(line.trim().replace(/^[0-9a-f]+ /, ''))
-    }
-  }
-  // The main thread has the most samples; the others are V8's and libuv's helpers.
-  const stacks = [...byThread.values()].sort((a, b) => b.length - a.length)[0] ?? []
+  const stacks = mainThreadStacks(data)
   return { stacks, requests: result.requests.average * seconds }
 }
 
