@@ -34,10 +34,8 @@ export interface MetricsSources {
 
 /** What the plugin records; every label value is from a fixed set (never a path or key). */
 export class PluginMetrics {
-  private readonly requests: Counter<'route' | 'status' | 'reason'>
   private readonly verification: Histogram<'memo'>
   private readonly downloadsInProgress: Gauge<'format'>
-  private readonly downloadBytes: Counter<'format'>
   private readonly flushFailures: Counter
   private readonly limitedCalls: Counter<'limit'>
   /** the names registered, to take them out at close */
@@ -55,14 +53,14 @@ export class PluginMetrics {
     const prom = loadPromClient()
     const registers = [registry as unknown as Registry]
     const before = new Set(registry.getMetricsAsArray().map((m) => m.name))
-    const pendingRequests = this.pendingRequests
-    this.requests = new prom.Counter({
-      name: 'data_endpoints_requests_total',
-      help: 'Requests to the data and job routes, by route (dataset, pipeline, job), status and reason (ok or the refusal)',
-      labelNames: ['route', 'status', 'reason'],
-      registers,
-      collect () { addPending(this, pendingRequests) }
-    })
+    // A counter told at each read of the registry what `pending` counted since the last.
+    const pendingCounter = <L extends string>(name: string, help: string, labelNames: L[], pending: Map<string, Pending<L>>): void => {
+      // eslint-disable-next-line no-new
+      new prom.Counter<L>({ name, help, labelNames, registers, collect () { addPending(this, pending) } })
+    }
+    pendingCounter('data_endpoints_requests_total',
+      'Requests to the data and job routes, by route (dataset, pipeline, job), status and reason (ok or the refusal)',
+      ['route', 'status', 'reason'], this.pendingRequests)
     this.verification = new prom.Histogram({
       name: 'data_endpoints_verification_seconds',
       help: 'Time to verify a supplied key against its stored hash: memo hit (no bcrypt) or miss (a bcrypt comparison, queue included)',
@@ -82,14 +80,8 @@ export class PluginMetrics {
       labelNames: ['format'],
       registers
     })
-    const pendingBytes = this.pendingBytes
-    this.downloadBytes = new prom.Counter({
-      name: 'data_endpoints_download_bytes_total',
-      help: 'Bytes of dataset downloads handed to the connection, by format',
-      labelNames: ['format'],
-      registers,
-      collect () { addPending(this, pendingBytes) }
-    })
+    pendingCounter('data_endpoints_download_bytes_total', 'Bytes of dataset downloads handed to the connection, by format',
+      ['format'], this.pendingBytes)
     this.flushFailures = new prom.Counter({
       name: 'data_endpoints_usage_flush_failures_total',
       help: 'Writes of the batched usage counters that failed (they are retried)',
