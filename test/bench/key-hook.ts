@@ -12,9 +12,9 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Registry } from 'prom-client'
-import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
+import { SqliteStorage } from '../../lib/index.js'
 import { authenticateHook, parseLocator, suppliedKey, type DataRouteParams } from '../../lib/keys/authenticate.js'
 import { DownloadSlots } from '../../lib/keys/download-slots.js'
 import { FailureThrottle } from '../../lib/keys/failure-throttle.js'
@@ -24,22 +24,16 @@ import { KeyVerifier } from '../../lib/keys/key-verifier.js'
 import { PluginMetrics } from '../../lib/metrics.js'
 import { guardStorage } from '../../lib/storage/guarded-storage.js'
 import { UsageRecorder } from '../../lib/storage/usage-recorder.js'
-import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
+import { ADMIN, managementBenchApp } from './management-app.js'
 
 const CALLS = Number(process.argv[2] ?? 300_000)
 const dir = mkdtempSync(join(tmpdir(), 'fde-key-hook-'))
 const raw = new SqliteStorage({ filename: join(dir, 'keys.db') })
 
 // A key assigned to the sales endpoint, made through the management routes.
-const admin = { 'x-permissions': 'ManageAPIKeys' }
-const jobs = new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh')
-const app = Fastify()
-await app.register(dataEndpoints, {
-  storage: raw, datasets: new MemoryDatasets().add(SALES_REF, salesDataset()), pipelines: jobs, jobs, bcryptCost: 4,
-  getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',').filter(Boolean)
-})
-const created = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: admin, payload: { purpose: 'bench' } })).json()
-await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', headers: admin, payload: { keyIds: [created.id] } })
+const app = await managementBenchApp(raw)
+const created = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: ADMIN, payload: { purpose: 'bench' } })).json()
+await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', headers: ADMIN, payload: { keyIds: [created.id] } })
 
 const log = app.log
 const storage = guardStorage(raw)
