@@ -142,6 +142,31 @@ t.test('verification time by memo hit and miss, and the bcrypt queue depth', asy
   t.ok((sums.get('{memo="miss"}') ?? 0) > 0, 'the misses took time')
 })
 
+t.test('memo hits are each observed once, across the runs they are observed in and across reads', async (t) => {
+  const registry = new Registry()
+  const { app } = await buildApp(t, { metrics: { registry } })
+  const key = await createKey(app, 'a')
+  await assignKeys(app, 'dataset', [key.id])
+  const hits = async (): Promise<number | undefined> => (await samples(registry, 'data_endpoints_verification_seconds_count')).get('{memo="hit"}')
+  const call = async (): Promise<void> => {
+    t.equal((await app.inject({ url: DATASET_URL, query: { api_key: key.key, meta: 'entities' } })).statusCode, 200)
+  }
+  await call() // a miss, unless the key's creation left its match in the memo
+  const before = await hits() ?? 0
+  t.ok(before <= 1)
+  // More than one run of them (256) before the next read, then a few more.
+  for (let i = 0; i < 600; i++) await call()
+  t.equal(await hits(), before + 600)
+  t.equal(await hits(), before + 600, 'a second read adds nothing')
+  await call()
+  await call()
+  t.equal(await hits(), before + 602, 'what came since the last read, once')
+  const buckets = await samples(registry, 'data_endpoints_verification_seconds_bucket')
+  t.equal(buckets.get('{le="+Inf",memo="hit"}'), before + 602, 'every hit in the buckets')
+  const sum = (await samples(registry, 'data_endpoints_verification_seconds_sum')).get('{memo="hit"}')
+  t.ok(sum !== undefined && sum >= 0 && sum < 600, `the hits' time: ${sum} s`)
+})
+
 t.test('failed usage flushes are counted', async (t) => {
   const registry = new Registry()
   const real = new SqliteStorage({ filename: ':memory:' })
