@@ -6,6 +6,8 @@
 // JavaScript that called them: a SQLite read for the function that ran it, a
 // socket write for the stream code) and by its module. Not a test: run it with
 //   nice -n -20 npx tsx test/bench/request-profile.ts [routes, e.g. json,hand] [seconds]
+// Three tables a route: µs by module and by innermost frame, then by frame
+// with everything it called (inclusive).
 // Routes: json (the example's authenticated json of `sales`), meta
 // (meta=entities), hand (the hand-written route), download (a Map key check
 // and the plugin's download code), bare (precomputed bytes). Needs Linux
@@ -26,9 +28,12 @@ const routes = (process.argv[2] ?? 'json,hand').split(',')
 const seconds = Number(process.argv[3] ?? 8)
 const FREQUENCY = 2000 // samples a second
 const TOP = 25
+const TOP_INCLUSIVE = 60
 
+// PERF_KEEP=1 keeps perf's files (their folder is printed) for `perf report`.
 const dir = mkdtempSync(join(tmpdir(), 'fde-request-profile-'))
-process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
+if (process.env.PERF_KEEP === '1') console.log(`perf files in ${dir}`)
+else process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
 const entry = compileForBench(join(REPO, 'test/bench/example-bench-server.ts'), join(dir, 'build'))
 const child = spawn(process.execPath, ['--perf-basic-prof', entry], {
   cwd: REPO, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit']
@@ -93,6 +98,15 @@ for (const route of routes) {
   for (const [name, n] of tally((s) => moduleOf(innermostJs(s)))) console.log(`| ${perRequest(n)} | ${name} |`)
   console.log('\n| µs/req | innermost JavaScript frame |\n|---:|---|')
   for (const [name, n] of tally(innermostJs)) console.log(`| ${perRequest(n)} | \`${name}\` |`)
+  // Inclusive: a frame with everything it called, each frame once per sample.
+  const inclusive = new Map<string, number>()
+  for (const stack of stacks) {
+    for (const frame of new Set(stack.filter((f) => f.startsWith('JS:')).map((f) => innermostJs([f])))) {
+      inclusive.set(frame, (inclusive.get(frame) ?? 0) + 1)
+    }
+  }
+  console.log('\n| µs/req | JavaScript frame with what it called |\n|---:|---|')
+  for (const [name, n] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, TOP_INCLUSIVE)) console.log(`| ${perRequest(n)} | \`${name}\` |`)
 }
 child.kill('SIGTERM')
 await once(child, 'exit')
