@@ -161,9 +161,8 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).
-  // (A prefix means the supplied value is a well-formed key, so a string.)
-  function verifiedBefore (prefix: string | null, supplied: unknown): boolean {
-    return prefix !== null && verifier.hasVerified(supplied as string)
+  function verifiedBefore (call: KeyedCall): boolean {
+    return call.valueDigest !== null && verifier.hasVerified(call.valueDigest)
   }
 
   // A request over its client's bound is held `delayMs` before it is asked
@@ -172,9 +171,9 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
   // however long bcrypt takes on a loaded machine: a burst of first requests
   // with a good key is over the bound only until the key's first comparison
   // ends. A value that did not match still waits out the hold.
-  async function hold (delayMs: number, prefix: string | null, supplied: unknown): Promise<void> {
+  async function hold (delayMs: number, valueDigest: string | null): Promise<void> {
     let left = delayMs
-    const comparing = prefix === null ? undefined : verifier.comparison(supplied as string)
+    const comparing = valueDigest === null ? undefined : verifier.comparison(valueDigest)
     if (comparing !== undefined) {
       const since = Date.now()
       if (await comparing) return
@@ -182,7 +181,7 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     }
     if (left > 0) await setTimeout(left)
     // one that began during the hold
-    const begun = prefix === null ? undefined : verifier.comparison(supplied as string)
+    const begun = valueDigest === null ? undefined : verifier.comparison(valueDigest)
     if (begun !== undefined) await begun
   }
 
@@ -224,23 +223,27 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
       return countKeyless(locator).then(() => { throw new NotAuthorizedError() })
     }
     request.dataEndpointKeyPrefix = loggablePrefix(supplied)
-    const call: KeyedCall = { request, reply, locator, supplied, client: clientKey(request.ip), prefix: keyPrefixOf(supplied) }
-    if (throttle === null) return checkKey(call)
+    const prefix = keyPrefixOf(supplied)
+    // (A prefix means the supplied value is a well-formed key, so a string.)
+    const valueDigest = prefix === null ? null : verifier.digestOf(supplied as string)
+    const call: KeyedCall = { request, reply, locator, supplied, client: clientKey(request.ip), prefix, valueDigest }
+    // A key verified here before goes through every check but the throttle's
+    // (the usual case): its attempts need no counting, and past the client's
+    // bound it passes all the same.
+    if (throttle === null || verifiedBefore(call)) return checkKey(call)
     // Admitted attempts count as in flight until settled, so a burst
     // cannot pass the check before its failures are recorded.
     const wait = throttle.admit(call.client)
     if (wait === 0) return settledAfter(throttle, call.client, () => checkKey(call))
-    // A client over its bound is refused before any storage read or bcrypt,
-    // unless it sends a key already verified here.
-    if (verifiedBefore(call.prefix, supplied)) return checkKey(call)
+    // A client over its bound is refused before any storage read or bcrypt.
     return heldCheck(throttle, call)
   }
 
   async function heldCheck (throttle: FailureThrottle, call: KeyedCall): Promise<void> {
-    await hold(throttle.delayMs, call.prefix, call.supplied)
+    await hold(throttle.delayMs, call.valueDigest)
     const wait = throttle.admit(call.client)
     if (wait === 0) return settledAfter(throttle, call.client, () => checkKey(call))
-    if (!verifiedBefore(call.prefix, call.supplied)) {
+    if (!verifiedBefore(call)) {
       throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
     }
     return checkKey(call)
@@ -263,7 +266,7 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     }
     let verdict: boolean | Promise<boolean>
     try {
-      verdict = verifier.verify(key.hash, call.supplied as string)
+      verdict = verifier.verify(key.hash, call.supplied as string, call.valueDigest as string)
     } catch (err) {
       return busy(err)
     }
@@ -328,6 +331,8 @@ interface KeyedCall {
   client: string
   /** null when the supplied value is no well-formed key */
   prefix: string | null
+  /** the verifier's digest of the supplied value; null with the prefix */
+  valueDigest: string | null
 }
 
 type StoredKey = NonNullable<EndpointKeyLookup['key']>

@@ -24,15 +24,20 @@ export interface KeyVerifierOptions {
  * result is memoised in memory under a digest keyed by a per-process secret: the
  * value itself is never kept. The key's record is not cached here, so a
  * disable, delete or regenerate acts on the next request.
+ *
+ * A request's value is digested once (`digestOf`), and that digest is what
+ * the memo of matches, `hasVerified` and `comparison` take: a known key costs
+ * one digest of its value and one lookup. Mismatches are remembered by a
+ * digest of the pair, made only when no match is remembered.
  */
 export class KeyVerifier {
   private readonly hasher: KeyHasher
   private readonly digest = memoDigest()
   // Matches and mismatches are kept apart, so a flood of wrong values
-  // cannot evict the memo of the keys that legitimate clients use.
-  private readonly matches: LRUCache<string, true>
+  // cannot evict the memo of the keys that legitimate clients use. A match
+  // is kept by the value's digest, with the stored hash it matched.
+  private readonly matches: LRUCache<string, string>
   private readonly mismatches: LRUCache<string, true>
-  private readonly verifiedValues: LRUCache<string, true>
   private readonly inFlight = new Map<string, Promise<boolean>>()
   // The same comparisons by supplied value alone (its digest), each as whether
   // it matched: a request the failure throttle holds waits for its value's.
@@ -47,7 +52,6 @@ export class KeyVerifier {
     this.observe = options.observe
     this.matches = new LRUCache({ max: options.cacheSize })
     this.mismatches = new LRUCache({ max: options.cacheSize })
-    this.verifiedValues = new LRUCache({ max: options.cacheSize })
     this.queue = new ComparisonQueue({
       maxRunning: options.maxConcurrentHashes,
       maxWaiting: options.maxQueuedHashes,
@@ -60,42 +64,44 @@ export class KeyVerifier {
     return this.queue.waiting
   }
 
-  private memoKey (hash: string, value: string): string {
-    return this.digest(hash + '\0' + value)
+  /** The digest of a supplied value that the other methods take: made once per request. */
+  digestOf (value: string): string {
+    return this.digest(value)
   }
 
   /**
-   * True when `value` has matched a stored hash here before, without looking
-   * at storage: the failure throttle lets such a value through to the usual
-   * checks (its record is still read) and refuses anything else at once.
+   * True when the value (its digest) has matched a stored hash here before,
+   * without looking at storage: the key hook lets such a value through to
+   * the usual checks (its record is still read) past the failure throttle.
    */
-  hasVerified (value: string): boolean {
-    return this.verifiedValues.has(this.digest(value))
+  hasVerified (valueDigest: string): boolean {
+    return this.matches.has(valueDigest)
   }
 
   /**
-   * The comparison of `value` with a stored hash running (or queued) now, as
-   * whether it matched (false when it failed), or undefined when none runs.
-   * It settles after `hasVerified` has learnt its result.
+   * The comparison of the value (its digest) with a stored hash running (or
+   * queued) now, as whether it matched (false when it failed), or undefined
+   * when none runs. It settles after `hasVerified` has learnt its result.
    */
-  comparison (value: string): Promise<boolean> | undefined {
-    return this.inFlightByValue.get(this.digest(value))
+  comparison (valueDigest: string): Promise<boolean> | undefined {
+    return this.inFlightByValue.get(valueDigest)
   }
 
   /**
    * Whether `value` matches `hash`: at once when the memo knows (the usual
    * case: no promise, no turn of the microtask queue), else when the
    * comparison ends.
+   * @param valueDigest `digestOf(value)`
    * @throws VerificationBusyError (as a rejection) when the key's line or the whole queue is full
    */
-  verify (hash: string, value: string): boolean | Promise<boolean> {
+  verify (hash: string, value: string, valueDigest: string): boolean | Promise<boolean> {
     // The clock is read only when someone watches: this is the hot path.
     const started = this.observe === undefined ? 0 : performance.now()
-    const memoKey = this.memoKey(hash, value)
-    if (this.matches.has(memoKey)) return this.memoHit(true, started)
-    if (this.mismatches.has(memoKey)) return this.memoHit(false, started)
+    if (this.matches.get(valueDigest) === hash) return this.memoHit(true, started)
+    const pairKey = this.digest(hash + '\0' + value)
+    if (this.mismatches.has(pairKey)) return this.memoHit(false, started)
     // Concurrent first requests with the same key share one comparison.
-    const pending = this.inFlight.get(memoKey) ?? this.startComparison(memoKey, hash, value)
+    const pending = this.inFlight.get(pairKey) ?? this.startComparison(pairKey, valueDigest, hash, value)
     return this.observe === undefined ? pending : this.observed(pending, started)
   }
 
@@ -112,14 +118,13 @@ export class KeyVerifier {
     return matched
   }
 
-  private startComparison (memoKey: string, hash: string, value: string): Promise<boolean> {
+  private startComparison (pairKey: string, valueKey: string, hash: string, value: string): Promise<boolean> {
     // The stored hash stands for the key: one line per key. A refusal is
     // not listed below, so the next request with this value tries again.
     const turn = this.queue.acquire(hash)
     if (turn === null) return Promise.reject(new VerificationBusyError())
-    const valueKey = this.digest(value)
-    const pending = this.compare(turn, memoKey, valueKey, hash, value)
-    this.inFlight.set(memoKey, pending)
+    const pending = this.compare(turn, pairKey, valueKey, hash, value)
+    this.inFlight.set(pairKey, pending)
     // The same value may be compared with two hashes at once (a key being
     // regenerated): the later comparison stays listed until it ends.
     const settled = (ok: boolean): boolean => {
@@ -131,16 +136,16 @@ export class KeyVerifier {
     return pending
   }
 
-  private async compare (turn: Promise<void>, memoKey: string, valueKey: string, hash: string, value: string): Promise<boolean> {
+  private async compare (turn: Promise<void>, pairKey: string, valueKey: string, hash: string, value: string): Promise<boolean> {
     await turn
     try {
       const ok = await this.hasher.compare(value, hash)
-      ;(ok ? this.matches : this.mismatches).set(memoKey, true)
-      if (ok) this.verifiedValues.set(valueKey, true)
+      if (ok) this.matches.set(valueKey, hash)
+      else this.mismatches.set(pairKey, true)
       return ok
     } finally {
       this.queue.release()
-      this.inFlight.delete(memoKey)
+      this.inFlight.delete(pairKey)
     }
   }
 }
