@@ -29,6 +29,7 @@ import { TarSpool } from '../../lib/formats/tar-spool.js'
 import { DEFAULTS } from '../../lib/options.js'
 import type { Dataset } from '../../lib/index.js'
 import { benchColumnar } from './bench-columnar.js'
+import { handWrittenSales } from './hand-written-sales.js'
 
 const logLevel = process.env.LOG_LEVEL ?? 'info'
 const dir = mkdtempSync(join(tmpdir(), 'fde-bench-example-'))
@@ -66,11 +67,7 @@ const bareBody = (await example.inject({ url: '/api/acme/shop/model/1/dataset/1?
 
 // The hand-written host: what the example does, without the plugin.
 const db = new Database(exampleDatabaseFile(dir), { readonly: true, fileMustExist: true })
-const selects = {
-  customers: db.prepare('SELECT id, name, email, city, vip, notes, signed_up FROM customers ORDER BY id'),
-  products: db.prepare('SELECT id, sku, name, price, in_stock, description FROM products ORDER BY id'),
-  orders: db.prepare('SELECT id, customer_id, product_id, quantity, unit_price, paid, placed_at, shipped_at, note FROM orders ORDER BY id')
-}
+const handSales = handWrittenSales(db)
 const keys = new Map([[key, { purpose: 'bench' }]])
 const hand = Fastify({ logger: exampleLoggerOptions(logLevel) })
 hand.get('/hand/sales', async (request, reply) => {
@@ -78,8 +75,7 @@ hand.get('/hand/sales', async (request, reply) => {
   if (auth === undefined || !auth.startsWith('Bearer ') || !keys.has(auth.slice(7))) {
     return reply.code(403).send({ message: 'Unknown API key' })
   }
-  const body = JSON.stringify({ customers: selects.customers.all(), products: selects.products.all(), orders: selects.orders.all() })
-  return reply.type('application/json; charset=utf-8').send(body)
+  return reply.type('application/json; charset=utf-8').send(handSales.text())
 })
 // A source of its own on the same file, as the example's (so that this
 // server also runs against older versions of the example).

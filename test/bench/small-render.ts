@@ -16,6 +16,7 @@ import { FORMATS, type DownloadSpec } from '../../lib/formats/index.js'
 import { Pace } from '../../lib/formats/pace.js'
 import { DownloadAbort } from '../../lib/formats/download-abort.js'
 import { DEFAULTS } from '../../lib/options.js'
+import { handWrittenSales } from './hand-written-sales.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'fde-small-render-'))
 process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
@@ -27,12 +28,7 @@ const source = new SampleDatasets(file)
 const sales = await source.getDataset({ organization: 'acme', project: 'shop', modelSequence: 1, resourceSequence: 1 })
 if (sales === null) throw new Error('no sales dataset')
 const db = new Database(file, { readonly: true })
-const selects = {
-  customers: db.prepare('SELECT id, name, email, city, vip, notes, signed_up FROM customers ORDER BY id'),
-  products: db.prepare('SELECT id, sku, name, price, in_stock, description FROM products ORDER BY id'),
-  orders: db.prepare('SELECT id, customer_id, product_id, quantity, unit_price, paid, placed_at, shipped_at, note FROM orders ORDER BY id')
-}
-const handText = (): string => JSON.stringify({ customers: selects.customers.all(), products: selects.products.all(), orders: selects.orders.all() })
+const hand = handWrittenSales(db)
 
 // What sendDataset gives the json format for a whole small download (json never spools to tar).
 function spec (): DownloadSpec {
@@ -56,9 +52,9 @@ const pluginText = (): string => {
 const noSignal = new AbortController().signal
 
 const cases: Array<[string, () => unknown]> = [
-  ['hand-written: the three .all() (objects)', () => [selects.customers.all(), selects.products.all(), selects.orders.all()]],
-  ['hand-written: .all() + JSON.stringify', handText],
-  ['hand-written: the same + Buffer.byteLength', () => Buffer.byteLength(handText())],
+  ['hand-written: the three .all() (objects)', hand.all],
+  ['hand-written: .all() + JSON.stringify', hand.text],
+  ['hand-written: the same + Buffer.byteLength', () => Buffer.byteLength(hand.text())],
   ['plugin: the example source\'s rows (arrays)', () => sales.entities.map((e) => sales.rows(e.name, { limit: undefined, signal: noSignal }))],
   ['plugin: the json writer\'s whole document', pluginText],
   ['plugin: the same + Buffer.from', () => Buffer.from(pluginText())]
