@@ -57,7 +57,34 @@ export function parseLocator (params: DataRouteParams): EndpointLocator | null {
   return { organization: params.organization, project: params.project, modelSequence, type, resourceSequence }
 }
 
-const BEARER = /^bearer[ \t]+([^ \t].*?)[ \t]*$/i
+const SPACE = 0x20
+const TAB = 0x09
+const isBlank = (c: number): boolean => c === SPACE || c === TAB
+const BEARER_SCHEME = 'bearer'
+
+/**
+ * The token of `Authorization: Bearer <token>`: the scheme in any case, then
+ * spaces or tabs, then the token without the spaces or tabs after it; null
+ * when the header says something else. What /^bearer[ \t]+([^ \t].*?)[ \t]*$/i
+ * matches, without a backtracking pattern over every key of every request.
+ */
+export function bearerToken (header: string): string | null {
+  const n = header.length
+  if (n < 8) return null
+  // (c | 0x20) is c in lower case for an ASCII letter, and 'b', 'e', 'a' or 'r' for no other character.
+  for (let i = 0; i < 6; i++) if ((header.charCodeAt(i) | 0x20) !== BEARER_SCHEME.charCodeAt(i)) return null
+  let start = 6
+  while (start < n && isBlank(header.charCodeAt(start))) start++
+  let end = n
+  while (end > start && isBlank(header.charCodeAt(end - 1))) end--
+  if (start === 6 || start === end) return null
+  // After its first character (any but a blank), the pattern's `.` stops at line terminators.
+  for (let i = start + 1; i < end; i++) {
+    const c = header.charCodeAt(i)
+    if (c === 0x0a || c === 0x0d || c === 0x2028 || c === 0x2029) return null
+  }
+  return header.slice(start, end)
+}
 
 /**
  * The supplied key: a non-empty `api_key` query value wins over
@@ -69,8 +96,8 @@ export function suppliedKey (request: FastifyRequest): unknown {
   if (fromQuery !== undefined && fromQuery !== '') return fromQuery
   const header = request.headers.authorization
   if (typeof header === 'string') {
-    const match = BEARER.exec(header)
-    if (match !== null) return match[1]
+    const token = bearerToken(header)
+    if (token !== null) return token
   }
   return undefined
 }
