@@ -1,6 +1,7 @@
 import type { Column, Entity, Row } from '../host/dataset-source.js'
 import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './types.js'
+import { utf8Bytes } from './text-bytes.js'
 import { entityChunks, perEntity, rowsOptions, rowWriter, separated, type CellWriter } from './rows.js'
 import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText } from './values.js'
 
@@ -82,7 +83,7 @@ export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = ''
 }
 
 /**
- * The whole document in one synchronous pass, when every entity's rows come
+ * The whole document, in UTF-8, in one synchronous pass, when every entity's rows come
  * as an array (a source that has read them already, as the example's does
  * for a small table) and the text stays within one chunk. A small download
  * then takes one step of the generator instead of several awaits per entity
@@ -91,7 +92,7 @@ export function jsonArrayChunks (spec: DownloadSpec, entity: Entity, before = ''
  * no entity's rows are asked for twice. It holds the loop for no more than
  * writing one chunk of text.
  */
-function wholeDocument (spec: DownloadSpec, taken: Array<Iterable<Row> | AsyncIterable<Row>>): string | undefined {
+function wholeDocument (spec: DownloadSpec, taken: Array<Iterable<Row> | AsyncIterable<Row>>): Buffer | undefined {
   const { entities, limit } = spec
   const { chunkSize } = spec.pace
   if (limit === 0 || entities.length === 0) return undefined
@@ -110,7 +111,7 @@ function wholeDocument (spec: DownloadSpec, taken: Array<Iterable<Row> | AsyncIt
     }
     out += '\n]'
   }
-  return out + '}\n'
+  return utf8Bytes(out + '}\n')
 }
 
 /** The rows asked for by Download.whole, and whether it was asked: the body goes on from there. */

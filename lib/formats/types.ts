@@ -62,13 +62,13 @@ export interface Download {
    */
   body: AsyncIterable<string | Uint8Array>
   /**
-   * The whole body as one text, synchronously, when the format can make it
+   * The whole body in UTF-8, synchronously, when the format can make it
    * at once (a small document of rows the source gave as arrays); else
    * undefined, and `body` goes on from where it stopped, asking the source
    * for no rows twice. Asked at most once, before `body` is read. A small
    * download then skips the generator's awaits.
    */
-  whole?: () => string | undefined
+  whole?: () => Buffer | undefined
 }
 
 /** Builds the download; throws (before anything is sent) when the model cannot be written. */
