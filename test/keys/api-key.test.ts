@@ -1,3 +1,4 @@
+import fc from 'fast-check'
 import t from 'tap'
 import { generateKey, KEY_LENGTH, keyPrefixOf, loggablePrefix, randomAlphanumeric, redactKeys } from '../../lib/keys/api-key.js'
 
@@ -29,6 +30,22 @@ t.test('keyPrefixOf refuses anything that is not a well-formed key', async (t) =
     good.slice(0, 10) + '-' + '!'.repeat(21), ' ' + good.slice(1), good.slice(0, 30) + 'é']) {
     t.equal(keyPrefixOf(bad), null, `refuses ${JSON.stringify(bad)}`)
   }
+})
+
+t.test('keyPrefixOf answers what the key pattern says, on generated values near a key\'s shape', async (t) => {
+  const PATTERN = /^[A-Za-z0-9]{10}-[A-Za-z0-9]{21}$/
+  // Mostly the alphabet, with the characters next to its ranges, a dash, and beyond ASCII.
+  const char = fc.oneof(
+    { weight: 20, arbitrary: fc.constantFrom(...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789') },
+    { weight: 3, arbitrary: fc.constantFrom('-', '/', ':', '@', '[', '`', '{', '\u007f', '\u0080', '\u00c0', '\u0130', '\uff21') }
+  )
+  const value = fc.oneof(
+    fc.array(char, { minLength: 32, maxLength: 32 }).map((c) => c.join('')),
+    fc.tuple(fc.array(char, { minLength: 10, maxLength: 10 }), fc.array(char, { minLength: 21, maxLength: 21 })).map(([p, s]) => `${p.join('')}-${s.join('')}`),
+    fc.string({ minLength: 30, maxLength: 34 })
+  )
+  fc.assert(fc.property(value, (v) => keyPrefixOf(v) === (PATTERN.test(v) ? v.slice(0, 10) : null)), { numRuns: 20000 })
+  t.pass('20,000 values: the same answer')
 })
 
 t.test('loggablePrefix never yields more than 10 characters, nor any of a value shorter than a key', async (t) => {
