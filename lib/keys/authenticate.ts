@@ -39,11 +39,23 @@ declare module 'fastify' {
   }
 }
 
-// Positive integers up to 2^53 - 1, written without sign, exponent or leading zero.
-const SEQUENCE = /^[1-9][0-9]{0,15}$/
+const DIGIT_0 = 0x30
+const DIGIT_1 = 0x31
+const DIGIT_9 = 0x39
 
+/**
+ * A positive integer up to 2^53 - 1, written without sign, exponent or
+ * leading zero (what /^[1-9][0-9]{0,15}$/ and a safe integer allow); else null.
+ */
 function sequence (text: string): number | null {
-  if (!SEQUENCE.test(text)) return null
+  const length = text.length
+  if (length === 0 || length > 16) return null
+  let c = text.charCodeAt(0)
+  if (c < DIGIT_1 || c > DIGIT_9) return null
+  for (let i = 1; i < length; i++) {
+    c = text.charCodeAt(i)
+    if (c < DIGIT_0 || c > DIGIT_9) return null
+  }
   const n = Number(text)
   return Number.isSafeInteger(n) ? n : null
 }
@@ -243,7 +255,8 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
       const allowed = locator.type === 'dataset' ? request.method === 'GET' || request.method === 'HEAD' : request.method === 'POST'
       if (!allowed) throw withDetails(new MethodNotAllowedError(), { headers: { allow: locator.type === 'dataset' ? 'GET, HEAD' : 'POST' } })
     }
-    if (requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
+    const { ip } = request // read once: a getter through the socket's peer name
+    if (requireHttps && request.protocol !== 'https' && !isLoopback(ip)) throw new HttpsRequiredError()
 
     const supplied = suppliedKey(request)
     if (supplied === undefined) {
@@ -253,7 +266,7 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     const prefix = keyPrefixOf(supplied)
     // (A prefix means the supplied value is a well-formed key, so a string.)
     const valueDigest = prefix === null ? null : verifier.digestOf(supplied as string)
-    const call: KeyedCall = { request, reply, locator, supplied, client: clientKey(request.ip), prefix, valueDigest }
+    const call: KeyedCall = { request, reply, locator, supplied, client: clientKey(ip), prefix, valueDigest }
     // A key verified here before goes through every check but the throttle's
     // (the usual case): its attempts need no counting, and past the client's
     // bound it passes all the same.

@@ -1,8 +1,8 @@
 import fc from 'fast-check'
 import t from 'tap'
-import { bearerToken } from '../../lib/keys/authenticate.js'
+import { bearerToken, parseLocator } from '../../lib/keys/authenticate.js'
 
-// The pattern the key hook used before it read the header by hand: the two must agree on every header.
+// The patterns the key hook used before it read the request by hand: each reading must agree with its pattern.
 const PATTERN = /^bearer[ \t]+([^ \t].*?)[ \t]*$/i
 const byPattern = (header: string): string | null => PATTERN.exec(header)?.[1] ?? null
 
@@ -26,4 +26,21 @@ t.test('bearerToken agrees with the pattern on generated headers', async (t) => 
   )
   fc.assert(fc.property(header, (h) => bearerToken(h) === byPattern(h)), { numRuns: 20000 })
   t.pass('20,000 headers: the same answer')
+})
+
+t.test('parseLocator: sequences are what /^[1-9][0-9]{0,15}$/ allows and a safe integer holds', async (t) => {
+  const SEQUENCE = /^[1-9][0-9]{0,15}$/
+  const expected = (text: string): number | null => SEQUENCE.test(text) && Number.isSafeInteger(Number(text)) ? Number(text) : null
+  const text = fc.oneof(
+    fc.array(fc.constantFrom('0', '1', '5', '9', '/', ':', '-', '+', 'e', '.', ' ', '\u0660'), { maxLength: 18 }).map((c) => c.join('')),
+    fc.bigInt({ min: 0n, max: 2n ** 60n }).map(String),
+    fc.string({ maxLength: 18 })
+  )
+  fc.assert(fc.property(text, text, (model, resource) => {
+    const locator = parseLocator({ organization: 'o', project: 'p', modelSequence: model, type: 'dataset', resourceSequence: resource })
+    const [m, r] = [expected(model), expected(resource)]
+    return m === null || r === null ? locator === null : locator?.modelSequence === m && locator.resourceSequence === r
+  }), { numRuns: 20000 })
+  t.equal(parseLocator({ organization: 'o', project: 'p', modelSequence: '9007199254740991', type: 'dataset', resourceSequence: '1' })?.modelSequence, 9007199254740991)
+  t.equal(parseLocator({ organization: 'o', project: 'p', modelSequence: '9007199254740992', type: 'dataset', resourceSequence: '1' }), null, 'past 2^53 - 1')
 })
