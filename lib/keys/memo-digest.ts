@@ -1,6 +1,9 @@
 import { hash, randomBytes } from 'node:crypto'
 
-const SECRET_SIZE = 64
+// SHA-256 works in 64-byte blocks, and its padding takes 9 bytes of the last:
+// a secret of 22 bytes and a key of 32 hash in one block, where 64 bytes of
+// secret took two. 22 bytes below 0x80 are 154 random bits.
+export const MEMO_SECRET_SIZE = 22
 
 /**
  * The verification memo's key for a message: SHA-256 of a per-process secret
@@ -17,10 +20,10 @@ const SECRET_SIZE = 64
  * The secret's bytes are 7-bit: as a latin1 string prepended to the message,
  * it hashes to the same bytes as the secret itself for any message.
  *
- * @param secret 64 bytes below 0x80; random when omitted (tests pass one)
+ * @param secret MEMO_SECRET_SIZE bytes below 0x80; random when omitted (tests pass one)
  */
-export function memoDigest (secret: Uint8Array = randomBytes(SECRET_SIZE).map((b) => b & 0x7f)): (message: string) => string {
-  if (secret.length !== SECRET_SIZE || secret.some((b) => b > 0x7f)) throw new TypeError('memoDigest: the secret must be 64 bytes below 0x80')
+export function memoDigest (secret: Uint8Array = randomBytes(MEMO_SECRET_SIZE).map((b) => b & 0x7f)): (message: string) => string {
+  if (secret.length !== MEMO_SECRET_SIZE || secret.some((b) => b > 0x7f)) throw new TypeError(`memoDigest: the secret must be ${MEMO_SECRET_SIZE} bytes below 0x80`)
   const prefix = Buffer.from(secret).toString('latin1')
   return (message) => hash('sha256', prefix + message, 'base64')
 }
