@@ -20,6 +20,8 @@
 //                  example's heap and timers slowed the hand-written route
 //                  too: the uncached ratio read 0.66 there against 0.50 apart
 //                  (docs/benchmarks.md)
+//   ROUNDS         runs of each route, default 3 (the median counts)
+//   FRESH=1        new server processes for every round (see below)
 //   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
 //                  `npm start` runs the example; default: compiled (compile.ts)
 //                  under plain node, as a host runs the package
@@ -44,6 +46,10 @@ const pgUrl = process.env.PGURL ?? 'postgres://postgres@127.0.0.1:5432/test'
 // Runs on a shared 2-core machine vary by ±15%: each route runs this many
 // times, the routes interleaved, and the run with the median rate counts.
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
+// FRESH=1: new server processes for each round. The same code took 49 to 65
+// µs of CPU a request from one process to the next (the JIT's choices), so
+// with one process a side, one run's ratio can be one process's luck.
+const fresh = process.env.FRESH === '1'
 
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
 process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
@@ -140,14 +146,23 @@ function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline
 }
 
 for (const level of levels) {
-  const servers = mode === 'pg'
-    ? [await startServer(level), await startServer(level, { DATABASE_URL: pgUrl, DATABASE_SCHEMA: `bench_example_${process.pid}` })]
-    : [await startServer(level, mode === 'uncached' ? { CACHE: 'off' } : {})]
-  if (handApart && mode !== 'pg') servers.push(await startServer(level))
-  const { routes, baseline } = routesOf(servers)
-  for (const route of Object.values(routes)) await load({ ...route, options: { ...route.options, duration: 2 } }) // warm-up
+  const startServers = async (): Promise<Server[]> => {
+    const started = mode === 'pg'
+      ? [await startServer(level), await startServer(level, { DATABASE_URL: pgUrl, DATABASE_SCHEMA: `bench_example_${process.pid}` })]
+      : [await startServer(level, mode === 'uncached' ? { CACHE: 'off' } : {})]
+    if (handApart && mode !== 'pg') started.push(await startServer(level))
+    for (const route of Object.values(routesOf(started).routes)) await load({ ...route, options: { ...route.options, duration: 2 } }) // warm-up
+    return started
+  }
+  let servers = await startServers()
+  let { routes, baseline } = routesOf(servers)
   const runs = new Map<string, Run[]>()
   for (let round = 0; round < ROUNDS; round++) {
+    if (fresh && round > 0) {
+      for (const server of servers) await stopServer(server)
+      servers = await startServers();
+      ({ routes, baseline } = routesOf(servers))
+    }
     for (const [name, route] of Object.entries(routes)) runs.set(name, [...(runs.get(name) ?? []), await load(route)])
   }
   const median = (name: string): Run => {
@@ -166,7 +181,7 @@ for (const level of levels) {
 
 const versus = mode === 'pg' ? 'SQLite storage' : 'hand-written'
 console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ` +
-  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}${handApart ? ', the hand-written routes in a process of their own' : ''}; ${seconds} s per run, ${connections} connections, median of ${ROUNDS} interleaved runs\n`)
+  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}${handApart ? ', the hand-written routes in a process of their own' : ''}; ${seconds} s per run, ${connections} connections, median of ${ROUNDS} interleaved runs${fresh ? ', each round in new server processes' : ''}\n`)
 console.log(`| LOG_LEVEL | route | req/s (median) | req/s of each run | p99 ms | server CPU µs/req | throughput vs ${versus} | CPU vs ${versus} |`)
 console.log('|---|---|---:|---:|---:|---:|---:|---:|')
 for (const r of rows) console.log(`| ${r.join(' | ')} |`)
