@@ -30,10 +30,10 @@ import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import autocannon, { type Options, type Result } from 'autocannon'
 import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
+import { benchServerStarted } from './example-bench-start.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
@@ -61,17 +61,8 @@ interface Server { child: ChildProcess, example: string, hand: string, key: stri
 async function startServer (logLevel: string, env: Record<string, string> = {}): Promise<Server> {
   const args = underTsx ? ['--import', 'tsx', serverEntry] : [serverEntry]
   const child = spawn(process.execPath, args, { cwd: REPO, env: { ...process.env, LOG_LEVEL: logLevel, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
-  const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
-  let key = ''
-  for await (const line of lines) {
-    key = /^key (\S+)$/.exec(line)?.[1] ?? key
-    const ports = /^ports (\d+) (\d+)$/.exec(line)
-    if (ports === null) continue
-    // The log lines go on coming: read and drop them, as a log shipper would.
-    child.stdout?.resume()
-    return { child, key, example: `http://127.0.0.1:${ports[1]}`, hand: `http://127.0.0.1:${ports[2]}`, schema: env.DATABASE_SCHEMA }
-  }
-  throw new Error('bench server did not start')
+  const { key, example, hand } = await benchServerStarted(child)
+  return { child, key, example, hand, schema: env.DATABASE_SCHEMA }
 }
 
 async function stopServer (server: Server): Promise<void> {

@@ -20,8 +20,8 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import http from 'node:http'
 import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import { compileForBench, REPO } from './compile.js'
+import { benchServerStarted, type BenchRoute } from './example-bench-start.js'
 
 const routes = (process.argv[2] ?? 'hand,json,download').split(',')
 const requests = Number(process.argv[3] ?? 1000)
@@ -31,13 +31,6 @@ process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
 // ROOT: another checkout of this repository (a git worktree of an older commit) to count instead.
 const root = process.env.ROOT ?? REPO
 const entry = compileForBench(join(root, 'test/bench/example-bench-server.ts'), join(dir, 'build'), root)
-const PATHS: Record<string, [port: number, path: string]> = {
-  json: [0, '/api/acme/shop/model/1/dataset/1?format=json'],
-  meta: [0, '/api/acme/shop/model/1/dataset/1?meta=entities'],
-  hand: [1, '/hand/sales'],
-  download: [1, '/hand/download?format=json'],
-  bare: [1, '/bare']
-}
 const EVENTS = ['Ir', 'I1mr', 'D1mr', 'Bcm', 'Bim'] as const
 
 interface Count { route: string, all: number, main: Record<string, number>, file: string, pid: number }
@@ -47,21 +40,11 @@ async function count (route: string, run: number): Promise<Count> {
   const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file', `--callgrind-out-file=${out}`,
     '--dump-instr=no', '--separate-threads=yes', '--cache-sim=yes', '--branch-sim=yes', process.execPath, '--perf-basic-prof', entry],
   { cwd: REPO, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'ignore'] })
-  let key = ''
-  let ports: string[] = []
-  for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
-    key = /^key (\S+)$/.exec(line)?.[1] ?? key
-    const m = /^ports (\d+) (\d+)$/.exec(line)
-    if (m !== null) {
-      ports = [m[1], m[2]]
-      break
-    }
-  }
-  child.stdout?.resume()
+  const { key, urls } = await benchServerStarted(child)
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4 })
-  const [port, path] = PATHS[route]
+  const url = urls[route as BenchRoute]
   const get = async (): Promise<void> => await new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port: ports[port], path, agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
+    http.get(url, { agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
       if (res.statusCode !== 200) reject(new Error(`${route}: ${res.statusCode ?? 0}`))
       res.resume()
       res.on('end', resolve)

@@ -18,10 +18,10 @@ import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { compileForBench, REPO } from './compile.js'
+import { benchServerStarted, type BenchRoute } from './example-bench-start.js'
 import { mainThreadStacks } from './perf-samples.js'
 
 const routes = (process.argv[2] ?? 'json,hand').split(',')
@@ -38,28 +38,11 @@ const entry = compileForBench(join(REPO, 'test/bench/example-bench-server.ts'), 
 const child = spawn(process.execPath, ['--perf-basic-prof', entry], {
   cwd: REPO, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit']
 })
-let key = ''
-let ports: string[] = []
-for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
-  key = /^key (\S+)$/.exec(line)?.[1] ?? key
-  const m = /^ports (\d+) (\d+)$/.exec(line)
-  if (m !== null) {
-    ports = [m[1], m[2]]
-    break
-  }
-}
-child.stdout?.resume()
-const urls: Record<string, string> = {
-  json: `http://127.0.0.1:${ports[0]}/api/acme/shop/model/1/dataset/1?format=json`,
-  meta: `http://127.0.0.1:${ports[0]}/api/acme/shop/model/1/dataset/1?meta=entities`,
-  hand: `http://127.0.0.1:${ports[1]}/hand/sales`,
-  download: `http://127.0.0.1:${ports[1]}/hand/download?format=json`,
-  bare: `http://127.0.0.1:${ports[1]}/bare`
-}
+const { key, urls } = await benchServerStarted(child)
 
 /** The main thread's samples (stacks of frame names, innermost first) while `route` is loaded, and the requests answered meanwhile. */
 async function record (route: string): Promise<{ stacks: string[][], requests: number }> {
-  const options = { url: urls[route], headers: { authorization: `Bearer ${key}` }, connections: 20 }
+  const options = { url: urls[route as BenchRoute], headers: { authorization: `Bearer ${key}` }, connections: 20 }
   await autocannon({ ...options, duration: 2 }) // warm-up
   const load = autocannon({ ...options, duration: seconds + 3 })
   await sleep(1500)

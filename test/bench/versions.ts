@@ -18,8 +18,8 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
+import { benchServerStarted } from './example-bench-start.js'
 import { compileForBench, REPO } from './compile.js'
 
 const [versionA, versionB] = [process.argv[2], process.argv[3]]
@@ -52,25 +52,10 @@ interface Served { child: ChildProcess, url: string, key: string }
 async function serve (entry: string, route: string): Promise<Served> {
   const child = spawn(process.execPath, [entry], { env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit'] })
   children.push(child)
-  let key = ''
-  for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
-    key = /^key (\S+)$/.exec(line)?.[1] ?? key
-    const ports = /^ports (\d+) (\d+)$/.exec(line)
-    if (ports === null) continue
-    child.stdout?.resume()
-    const example = `http://127.0.0.1:${ports[1]}`
-    const hand = `http://127.0.0.1:${ports[2]}`
-    const urls: Record<string, string> = {
-      json: `${example}/api/acme/shop/model/1/dataset/1?format=json`,
-      meta: `${example}/api/acme/shop/model/1/dataset/1?meta=entities`,
-      hand: `${hand}/hand/sales`,
-      download: `${hand}/hand/download?format=json`
-    }
-    const url = urls[route]
-    if (url === undefined) throw new Error(`route: one of ${Object.keys(urls).join(', ')}, not ${route}`)
-    return { child, url, key }
-  }
-  throw new Error('bench server did not start')
+  const { key, urls } = await benchServerStarted(child)
+  const url = (urls as Record<string, string | undefined>)[route]
+  if (url === undefined) throw new Error(`route: one of ${Object.keys(urls).join(', ')}, not ${route}`)
+  return { child, url, key }
 }
 
 /** The process's CPU time so far, in µs (utime + stime of /proc/<pid>/stat, in clock ticks of 10 ms). */
