@@ -1278,6 +1278,9 @@ export async function storageContract (t: Test, name: string, open: () => Promis
       }, 'another instance reads the link, its key and its endpoint')
       t.equal(await b.findLinkUse('no-such-link'), null)
 
+      // Made in a later millisecond than the first: two links of one millisecond are equally new,
+      // and their order falls to their random ids.
+      while (Date.now() <= link.createdAt.getTime()) await sleep(1)
       const second = await a.createLink(p, newLink(k2, endpoint.id), AUDIT) as LinkRecord
       t.same((await b.listLinks(p, { limit: 10 })).map((x) => x.id), [second.id, link.id], 'newest first')
       t.same((await b.listLinks(p, { keyId: k.id, limit: 10 })).map((x) => x.id), [link.id], 'one key\'s')
