@@ -27,7 +27,10 @@ export function openStorage (config: Pick<ExampleConfig, 'dataDir' | 'databaseUr
   if (config.databaseUrl !== undefined) {
     return new PgStorage({ connectionString: config.databaseUrl, schema: config.databaseSchema })
   }
-  return new SqliteStorage({ filename: join(config.dataDir, 'data-endpoints.db') })
+  // One process owns the file (as it owns the jobs, above): exclusive says so to
+  // SQLite, which then refuses a second process on it instead of sharing, and
+  // the key check of every request skips asking whether another process wrote.
+  return new SqliteStorage({ filename: join(config.dataDir, 'data-endpoints.db'), exclusive: true })
 }
 
 /** The example's pino settings: JSON lines to stdout that never carry a key. */

@@ -1,8 +1,10 @@
+import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import Database from 'better-sqlite3'
 import { MIGRATIONS, SqliteStorage } from '../../lib/storage/sqlite-storage.js'
 import { storageContract } from '../storage-contract.js'
+import { sqliteCliAvailable } from '../format-readers.js'
 
 // SqliteStorage against the shared storage contract, in memory and on a file,
 // plus what only SQLite has: its migrations and two handles on one file.
@@ -17,6 +19,10 @@ await storageContract(t, 'SqliteStorage on a file', async () => new SqliteStorag
   shared: true,
   fresh: async () => new SqliteStorage({ filename: join(dir, `contract-fresh-${++freshFiles}.db`) })
 })
+
+let exclusiveFiles = 0
+await storageContract(t, 'SqliteStorage on a file of its own (exclusive)',
+  async () => new SqliteStorage({ filename: join(dir, `contract-exclusive-${++exclusiveFiles}.db`), exclusive: true }))
 
 interface MigrationRow { version: number, applied_at: number }
 
@@ -177,4 +183,44 @@ t.test('writes and pages read only their rows: no statement they run scans a pro
   const endpointsPage = planOf(`SELECT id FROM endpoints WHERE organization = 'o' AND project = 'p'
     AND (model_sequence, type, resource_sequence) > (1, 'dataset', 1) ORDER BY model_sequence, type, resource_sequence LIMIT 5`, [])
   t.notOk(endpointsPage.some((step) => /TEMP B-TREE|^SCAN/.test(step)), `endpoints page: ${endpointsPage.join('; ')}`)
+})
+
+t.test('exclusive: the file is this handle\'s alone until it closes', async (t) => {
+  const file = join(dir, 'alone.db')
+  const alone = new SqliteStorage({ filename: file, exclusive: true, busyTimeout: 50 })
+  const key = await alone.createKey({ ...PROJECT, prefix: 'EEEEEEEEEE', hash: 'h', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
+  for (const exclusive of [false, true]) {
+    t.throws(() => new SqliteStorage({ filename: file, exclusive, busyTimeout: 50 }),
+      { message: exclusive ? /alone\.db is in use by another connection or process, and exclusive: true takes it for this one alone/ : /database is locked/ },
+      `another handle (exclusive: ${String(exclusive)}) in this process is refused`)
+  }
+  if (sqliteCliAvailable(t)) {
+    // Another process: the sqlite3 shell can neither read nor write the file.
+    for (const sql of ['SELECT count(*) FROM api_keys;', "UPDATE api_keys SET is_active = 0;"]) {
+      const run = spawnSync('sqlite3', ['-bail', '-cmd', '.timeout 50', file, sql], { encoding: 'utf8' })
+      t.not(run.status, 0, `another process: ${sql.split(' ')[0]} fails`)
+      t.match(run.stderr, /database is locked/)
+    }
+  }
+  t.equal((await alone.findEndpointKey(LOCATOR, 'EEEEEEEEEE')), null, 'no endpoint yet')
+  await alone.putEndpoint(LOCATOR, [key.id], AUDIT)
+  t.equal((await alone.findEndpointKey(LOCATOR, 'EEEEEEEEEE'))?.key?.isActive, true, 'this handle\'s own writes are seen')
+  await alone.updateKey(PROJECT, key.id, { isActive: false }, AUDIT)
+  t.equal((await alone.findEndpointKey(LOCATOR, 'EEEEEEEEEE'))?.key?.isActive, false, 'a disable: seen on the next lookup')
+  await alone.close()
+
+  const after = new SqliteStorage({ filename: file })
+  t.teardown(() => after.close())
+  t.equal(after.db.pragma('journal_mode', { simple: true }), 'wal', 'closed, the file opens again, still in WAL mode')
+  t.equal((await after.findEndpointKey(LOCATOR, 'EEEEEEEEEE'))?.key?.isActive, false, 'with what the exclusive handle wrote')
+})
+
+t.test('exclusive: a file another handle has open is refused at once, and left as it was', async (t) => {
+  const file = join(dir, 'taken.db')
+  const first = new SqliteStorage({ filename: file })
+  t.teardown(() => first.close())
+  const key = await first.createKey({ ...PROJECT, prefix: 'FFFFFFFFFF', hash: 'h', purpose: 'x', isActive: true, expiresAt: null }, AUDIT)
+  t.throws(() => new SqliteStorage({ filename: file, exclusive: true, busyTimeout: 50 }), { message: /taken\.db is in use by another connection or process/ })
+  await first.updateKey(PROJECT, key.id, { purpose: 'still writable' }, AUDIT)
+  t.equal((await first.getKey(PROJECT, key.id))?.purpose, 'still writable', 'the handle that had it goes on writing')
 })
