@@ -22,6 +22,7 @@
 //                  (docs/benchmarks.md)
 //   ROUNDS         runs of each route, default 3 (the median counts)
 //   FRESH=1        new server processes for every round (see below)
+//   ONLY           the routes to run besides the hand-written one (see below)
 //   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
 //                  `npm start` runs the example; default: compiled (compile.ts)
 //                  under plain node, as a host runs the package
@@ -50,6 +51,10 @@ const ROUNDS = Number(process.env.ROUNDS ?? 3)
 // µs of CPU a request from one process to the next (the JIT's choices), so
 // with one process a side, one run's ratio can be one process's luck.
 const fresh = process.env.FRESH === '1'
+// ONLY=json (a comma list of bare, source, download, json, meta): only these
+// routes and the hand-written one, as an outside check that loads one route
+// would; each server then warms up and runs only its own routes.
+const only = process.env.ONLY?.split(',')
 
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
 process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
@@ -125,14 +130,16 @@ function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline
       }
     }
   }
-  const routes: Record<string, Route> = {
-    'bare route, the same bytes precomputed': { server: handServer, options: { url: `${handServer.hand}/bare` } },
-    [hand]: { server: handServer, options: { url: `${handServer.hand}/hand/sales`, headers: handAuth } },
-    'hand-written, the rows read through the example\'s DatasetSource': { server: handServer, options: { url: `${handServer.hand}/hand/source`, headers: handAuth } },
-    'Map key check + the plugin\'s download code (sendDataset) over the example\'s source': { server: handServer, options: { url: `${handServer.hand}/hand/download?format=json`, headers: handAuth } },
-    [`example: authenticated json of sales (Bearer)${mode === 'uncached' ? ', no revision' : ''}`]: { server, options: { url: json, headers: auth } },
-    'example: authenticated meta=entities (Bearer)': meta(server)
-  }
+  const named: Array<[short: string, name: string, route: Route]> = [
+    ['bare', 'bare route, the same bytes precomputed', { server: handServer, options: { url: `${handServer.hand}/bare` } }],
+    ['hand', hand, { server: handServer, options: { url: `${handServer.hand}/hand/sales`, headers: handAuth } }],
+    ['source', 'hand-written, the rows read through the example\'s DatasetSource', { server: handServer, options: { url: `${handServer.hand}/hand/source`, headers: handAuth } }],
+    ['download', 'Map key check + the plugin\'s download code (sendDataset) over the example\'s source', { server: handServer, options: { url: `${handServer.hand}/hand/download?format=json`, headers: handAuth } }],
+    ['json', `example: authenticated json of sales (Bearer)${mode === 'uncached' ? ', no revision' : ''}`, { server, options: { url: json, headers: auth } }],
+    ['meta', 'example: authenticated meta=entities (Bearer)', meta(server)]
+  ]
+  const routes: Record<string, Route> = {}
+  for (const [short, name, route] of named) if (only === undefined || short === 'hand' || only.includes(short)) routes[name] = route
   return { baseline: hand, routes }
 }
 
