@@ -19,7 +19,10 @@ declare module 'fastify' {
 }
 
 export type AppConfig = Pick<ExampleConfig, 'dataDir' | 'adminToken' | 'eventsRows' | 'logLevel'> &
-  Partial<Pick<ExampleConfig, 'databaseUrl' | 'databaseSchema'>>
+  Partial<Pick<ExampleConfig, 'databaseUrl' | 'databaseSchema'>> & {
+  /** false: the datasets without their revision (SampleDatasets), as a host that has none; default true */
+  revisions?: boolean
+}
 
 /** The plugin's storage: keys, endpoints and counters. */
 export function openStorage (config: Pick<ExampleConfig, 'dataDir' | 'databaseUrl' | 'databaseSchema'>): Storage {
@@ -76,7 +79,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
   }
   try {
     seedSampleData(exampleDb, config.eventsRows)
-    datasets = new SampleDatasets(exampleFile)
+    datasets = new SampleDatasets(exampleFile, { revisions: config.revisions })
     if (config.databaseUrl === undefined) {
       jobStore = new SqliteJobStore(exampleDb)
     } else {

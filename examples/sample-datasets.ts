@@ -274,8 +274,12 @@ export class SampleDatasets implements DatasetSource {
   /** per dataset number and entity name */
   private readonly readers = new Map<number, Map<string, SqliteEntityReader>>()
 
-  /** `filename`: the example database, already seeded with `seedSampleData`. */
-  constructor (filename: string) {
+  /**
+   * `filename`: the example database, already seeded with `seedSampleData`.
+   * `revisions: false` serves the datasets without their revision, as a host
+   * that cannot tell when its data changed: no ETag, every download rendered.
+   */
+  constructor (filename: string, { revisions = true }: { revisions?: boolean } = {}) {
     this.db = new Database(filename, { readonly: true, fileMustExist: true })
     for (const [sequence, sample] of DATASETS) {
       // Table and column names come from our own model, never from the request.
@@ -286,8 +290,9 @@ export class SampleDatasets implements DatasetSource {
         if (reader === undefined) throw new Error(`Dataset ${sample.name} has no entity ${entity}`)
         return reader
       }
-      const revision = this.db.prepare<[string], { value: string }>('SELECT value FROM sample_meta WHERE name = ?')
-        .get(`revision:${sample.name}`)?.value
+      const revision = revisions
+        ? this.db.prepare<[string], { value: string }>('SELECT value FROM sample_meta WHERE name = ?').get(`revision:${sample.name}`)?.value
+        : undefined
       this.datasets.set(sequence, {
         name: sample.name,
         entities: sample.entities,

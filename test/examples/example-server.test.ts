@@ -513,6 +513,23 @@ t.test('the sample datasets carry revisions: 304 until their data is rewritten, 
   t.not(more.get(2), first.get(2), 'events was regenerated with EVENTS_ROWS=20: a new ETag')
 })
 
+t.test('revisions: false serves the sample datasets as a host without revisions: no ETag, every download rendered', async (t) => {
+  const app = await buildExampleApp({ dataDir: tempDir(t), adminToken: 'plain-admin', eventsRows: 10, logLevel: 'silent', revisions: false })
+  t.teardown(() => app.close())
+  const admin = { authorization: 'Bearer plain-admin' }
+  const { id, key } = (await app.inject({ method: 'POST', url: '/api-keys/acme/shop/keys', headers: admin, payload: { purpose: 'plain' } })).json() as { id: string, key: string }
+  await app.inject({ method: 'PUT', url: '/api-keys/acme/shop/endpoints/1/dataset/1', headers: admin, payload: { keyIds: [id] } })
+  const url = '/api/acme/shop/model/1/dataset/1?format=json'
+  const headers = { authorization: `Bearer ${key}` }
+  const first = await app.inject({ url, headers })
+  t.equal(first.statusCode, 200)
+  t.equal(first.headers.etag, undefined, 'no ETag')
+  t.match(first.json(), { customers: Array, orders: Array }, 'the whole dataset')
+  const again = await app.inject({ url, headers: { ...headers, 'if-none-match': '*' } })
+  t.equal(again.statusCode, 200, 'If-None-Match gets the body again')
+  t.equal(again.body, first.body, 'the same body')
+})
+
 t.test('the demo key is made by the first start that gets that far, and by no other', async (t) => {
   const config = { dataDir: tempDir(t), adminToken: 'in-process', eventsRows: 10, logLevel: 'silent', demoKey: true }
   // A start that failed before its demo key step (say, the port was taken) uses up nothing.
