@@ -55,13 +55,23 @@ export function exampleLoggerOptions (level: string): Exclude<FastifyServerOptio
  */
 export async function buildExampleApp (config: AppConfig): Promise<FastifyInstance> {
   mkdirSync(config.dataDir, { recursive: true })
+  // First: on SQLite the storage takes its file for this process alone, so a
+  // second server on the same folder stops here, before it fails the jobs
+  // the first one is running.
+  const storage = openStorage(config)
 
   // The sample data lives in a database of its own, apart from the plugin's
   // storage, so that another storage can take its place alone. The jobs
   // live beside the sample data on one machine, and in PostgreSQL with
   // DATABASE_URL, where every instance can answer for every job.
   const exampleFile = exampleDatabaseFile(config.dataDir)
-  const exampleDb = openExampleDatabase(exampleFile)
+  let exampleDb: ReturnType<typeof openExampleDatabase>
+  try {
+    exampleDb = openExampleDatabase(exampleFile)
+  } catch (err) {
+    await storage.close()
+    throw err
+  }
   let datasets: SampleDatasets | undefined
   let jobStore: JobStore | undefined
   let jobs: SampleJobs | undefined
@@ -95,6 +105,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     await jobs.failAbandoned(config.databaseUrl === undefined ? 0 : undefined)
   } catch (err) {
     await closeExample().catch(() => {})
+    await storage.close().catch(() => {})
     throw err
   }
 
@@ -123,7 +134,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
 
   try {
     await app.register(dataEndpoints, {
-      storage: openStorage(config),
+      storage,
       datasets,
       pipelines: jobs,
       jobs,
@@ -141,6 +152,7 @@ export async function buildExampleApp (config: AppConfig): Promise<FastifyInstan
     await app.close().catch(() => {})
     // Safe twice: onClose may or may not have run after a failed start.
     await closeExample().catch(() => {})
+    await storage.close().catch(() => {})
     throw err
   }
   return app

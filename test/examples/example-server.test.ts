@@ -453,6 +453,24 @@ t.test('buildExampleApp in process: close stops running jobs, restart keeps data
   t.same(keys.json<Array<{ prefix: string }>>().map((k) => k.prefix), [demo.prefix], 'the key is kept')
 })
 
+t.test('a second server on the same data folder stops at start, and leaves the first one\'s jobs and data alone', async (t) => {
+  const config = { dataDir: tempDir(t), adminToken: 'first', eventsRows: 10, logLevel: 'silent' }
+  const app = await buildExampleApp(config)
+  t.teardown(() => app.close())
+  const demo = await createDemoKey(app, config.adminToken)
+  if (demo === null) throw new Error('no demo key on empty storage')
+  const headers = { authorization: `Bearer ${demo.key}` }
+  const run = await app.inject({ method: 'POST', url: '/api/acme/shop/model/1/pipeline/1', headers })
+  const { job_id: jobId } = run.json<{ job_id: string }>()
+
+  await t.rejects(buildExampleApp(config), { message: /data-endpoints\.db is in use by another connection or process/ },
+    'the second start fails, saying why')
+  const job = (await app.inject({ url: `/api/job/${jobId}` })).json<{ status: string }>()
+  t.not(job.status, 'failed', `the first server's run goes on (${job.status})`)
+  const download = await app.inject({ url: '/api/acme/shop/model/1/dataset/1?format=json', headers })
+  t.equal(download.statusCode, 200, 'and the first server answers as before')
+})
+
 t.test('GET /metrics: the plugin\'s metrics and Node\'s, to the admin token only', async (t) => {
   const config = { dataDir: join(tempDir(t), 'data'), adminToken: 'metrics-admin', eventsRows: 10, logLevel: 'silent' }
   const app = await buildExampleApp(config)
