@@ -215,7 +215,7 @@ t.test('exclusive: the file is this handle\'s alone until it closes', async (t) 
   t.equal((await after.findEndpointKey(LOCATOR, 'EEEEEEEEEE'))?.key?.isActive, false, 'with what the exclusive handle wrote')
 })
 
-t.test('exclusive: a file another handle has open is refused at once, and left as it was', async (t) => {
+t.test('exclusive: a file another handle has open is refused at the open, and left as it was', async (t) => {
   const file = join(dir, 'taken.db')
   const first = new SqliteStorage({ filename: file })
   t.teardown(() => first.close())
