@@ -2,7 +2,7 @@ import type { ChildProcess } from 'node:child_process'
 import { createInterface } from 'node:readline'
 
 /** The routes the benches load on example-bench-server.ts, by their short names. */
-export type BenchRoute = 'json' | 'meta' | 'hand' | 'download' | 'bare'
+export type BenchRoute = 'json' | 'meta' | 'hand' | 'source' | 'download' | 'bare'
 
 export interface BenchServerStart {
   /** the API key the server made for its example routes (also taken by the hand-written ones) */
@@ -35,6 +35,7 @@ export async function benchServerStarted (child: ChildProcess): Promise<BenchSer
         json: `${example}/api/acme/shop/model/1/dataset/1?format=json`,
         meta: `${example}/api/acme/shop/model/1/dataset/1?meta=entities`,
         hand: `${hand}/hand/sales`,
+        source: `${hand}/hand/source`,
         download: `${hand}/hand/download?format=json`,
         bare: `${hand}/bare`
       }

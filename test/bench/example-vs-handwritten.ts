@@ -34,7 +34,7 @@ import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
-import { benchServerStarted } from './example-bench-start.js'
+import { benchServerStarted, type BenchServerStart } from './example-bench-start.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
@@ -61,13 +61,13 @@ process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
 const serverSource = join(REPO, 'test/bench/example-bench-server.ts')
 const serverEntry = underTsx ? serverSource : compileForBench(serverSource, buildDir)
 
-interface Server { child: ChildProcess, example: string, hand: string, key: string, schema?: string }
+interface Server { child: ChildProcess, hand: string, key: string, urls: BenchServerStart['urls'], schema?: string }
 
 async function startServer (logLevel: string, env: Record<string, string> = {}): Promise<Server> {
   const args = underTsx ? ['--import', 'tsx', serverEntry] : [serverEntry]
   const child = spawn(process.execPath, args, { cwd: REPO, env: { ...process.env, LOG_LEVEL: logLevel, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
-  const { key, example, hand } = await benchServerStarted(child)
-  return { child, key, example, hand, schema: env.DATABASE_SCHEMA }
+  const { key, hand, urls } = await benchServerStarted(child)
+  return { child, key, hand, urls, schema: env.DATABASE_SCHEMA }
 }
 
 async function stopServer (server: Server): Promise<void> {
@@ -115,8 +115,8 @@ function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline
   const handServer = mode === 'pg' ? server : servers[1] ?? server
   const auth = { authorization: `Bearer ${server.key}` }
   const handAuth = { authorization: `Bearer ${handServer.key}` }
-  const json = `${server.example}/api/acme/shop/model/1/dataset/1?format=json`
-  const meta = (s: Server): Route => ({ server: s, options: { url: `${s.example}/api/acme/shop/model/1/dataset/1?meta=entities`, headers: { authorization: `Bearer ${s.key}` } } })
+  const json = server.urls.json
+  const meta = (s: Server): Route => ({ server: s, options: { url: s.urls.meta, headers: { authorization: `Bearer ${s.key}` } } })
   const hand = 'hand-written: Map key check, 3 prepared SELECTs, JSON.stringify'
   if (mode === 'pg') {
     return { baseline: 'SQLite storage: authenticated meta=entities', routes: { 'SQLite storage: authenticated meta=entities': meta(servers[0]), 'PostgreSQL storage: authenticated meta=entities': meta(servers[1]) } }
@@ -125,16 +125,16 @@ function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline
     return {
       baseline: hand,
       routes: {
-        [hand]: { server: handServer, options: missing(`${handServer.hand}/hand/sales`, handAuth) },
+        [hand]: { server: handServer, options: missing(handServer.urls.hand, handAuth) },
         'example: authenticated json of sales, a new limit each request (cache misses)': { server, options: missing(json, auth) }
       }
     }
   }
   const named: Array<[short: string, name: string, route: Route]> = [
-    ['bare', 'bare route, the same bytes precomputed', { server: handServer, options: { url: `${handServer.hand}/bare` } }],
-    ['hand', hand, { server: handServer, options: { url: `${handServer.hand}/hand/sales`, headers: handAuth } }],
-    ['source', 'hand-written, the rows read through the example\'s DatasetSource', { server: handServer, options: { url: `${handServer.hand}/hand/source`, headers: handAuth } }],
-    ['download', 'Map key check + the plugin\'s download code (sendDataset) over the example\'s source', { server: handServer, options: { url: `${handServer.hand}/hand/download?format=json`, headers: handAuth } }],
+    ['bare', 'bare route, the same bytes precomputed', { server: handServer, options: { url: handServer.urls.bare } }],
+    ['hand', hand, { server: handServer, options: { url: handServer.urls.hand, headers: handAuth } }],
+    ['source', 'hand-written, the rows read through the example\'s DatasetSource', { server: handServer, options: { url: handServer.urls.source, headers: handAuth } }],
+    ['download', 'Map key check + the plugin\'s download code (sendDataset) over the example\'s source', { server: handServer, options: { url: handServer.urls.download, headers: handAuth } }],
     ['json', `example: authenticated json of sales (Bearer)${mode === 'uncached' ? ', no revision' : ''}`, { server, options: { url: json, headers: auth } }],
     ['meta', 'example: authenticated meta=entities (Bearer)', meta(server)]
   ]
