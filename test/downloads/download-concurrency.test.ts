@@ -364,6 +364,10 @@ t.test('clients that never read hold no other copy of a chunk', async (t) => {
   // In a worker, so that what its sockets read ahead is not counted here.
   const clients = new Worker(STALLED_CLIENTS, { eval: true, workerData: { port: served.port, paths } })
   t.teardown(() => clients.terminate())
+  // Every download under way before they are watched settle: on a loaded
+  // machine the worker's clients may connect later than 200 ms, and pulled
+  // rows that stay at 0 meanwhile would count downloads still starting.
+  while (served.downloads.length < paths.length) await sleep(20)
   await settled(() => datasets.pulled)
   await gc()
   // Every chunk is a Buffer outside V8's heap: one per client is the one its
