@@ -10,8 +10,9 @@ export interface BenchServer { child: ChildProcess, base: string }
 const ADMIN = { 'x-permissions': 'ManageAPIKeys', 'content-type': 'application/json' }
 
 /** Starts the compiled server at `entry` and waits for its port. */
-export async function startBenchServer (entry: string, options: { env?: Record<string, string>, nodeArgs?: string[] } = {}): Promise<BenchServer> {
+export async function startBenchServer (entry: string, options: { env?: Record<string, string>, nodeArgs?: string[], cwd?: string } = {}): Promise<BenchServer> {
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), entry], {
+    cwd: options.cwd,
     env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'inherit']
   })
   const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })

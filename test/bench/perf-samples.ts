@@ -1,4 +1,33 @@
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
+import { once } from 'node:events'
+
+/**
+ * Node's flag for the profiled process. With --perf-prof, V8 writes each
+ * compiled function, with its address and the time, to jit-<pid>.dump (and
+ * perf inject writes a file per function beside it) in the process's
+ * folder: start it in a temporary one. `perf inject --jit` then names each
+ * sample's frame after the code that was at its address when the sample
+ * was taken. The map of --perf-basic-prof has no times: V8 frees code and
+ * compiles new code into the same addresses, and perf named such frames
+ * after whatever was there first (10-17 µs a request went to fast-uri's
+ * module body, which runs once, at load; 2026-11-27).
+ */
+export const PERF_NODE_ARGS = ['--perf-prof']
+
+/**
+ * Samples process `pid` for `seconds` at `frequency` a second into `data`,
+ * names its JIT frames (see PERF_NODE_ARGS), and answers its main thread's
+ * stacks (mainThreadStacks). Async: the load that runs meanwhile goes on.
+ */
+export async function recordMainThread (pid: number, data: string, seconds: number, frequency: number): Promise<string[][]> {
+  // -k 1: the monotonic clock, which the jit dump's times use.
+  const record = spawn('perf', ['record', '-k', '1', '-F', String(frequency), '-g', '-p', String(pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
+  const [status] = await once(record, 'exit') as [number | null]
+  if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
+  const injected = spawnSync('perf', ['inject', '--jit', '-i', data, '-o', `${data}.jit`], { stdio: 'ignore' })
+  if (injected.status !== 0) throw new Error('perf inject --jit failed')
+  return mainThreadStacks(`${data}.jit`)
+}
 
 /**
  * The samples of a process's main thread in a `perf record -g` file: one

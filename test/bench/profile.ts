@@ -9,8 +9,6 @@
 // The digest's closure is often inlined into the key verifier, and its row
 // then reads 0% (2026-11-26): test/bench/request-profile.ts charges native
 // time to the innermost JavaScript frame and shows the hash's cost instead.
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -18,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer } from './bench-process.js'
 import { compileForBench, REPO } from './compile.js'
-import { mainThreadStacks } from './perf-samples.js'
+import { PERF_NODE_ARGS, recordMainThread } from './perf-samples.js'
 
 const seconds = Number(process.argv[2] ?? 8)
 
@@ -45,7 +43,8 @@ const DATASET = '/api/acme/shop/model/1/dataset/1?format=json'
 const dir = mkdtempSync(join(tmpdir(), 'fde-profile-'))
 try {
   const entry = compileForBench(join(REPO, 'test/bench/bench-server.ts'), dir)
-  const server = await startBenchServer(entry, { nodeArgs: ['--perf-basic-prof'] })
+  // In the temporary folder: the JIT's dump goes to the process's own (PERF_NODE_ARGS).
+  const server = await startBenchServer(entry, { nodeArgs: PERF_NODE_ARGS, cwd: dir })
   const [key] = await newKeys(server.base, 1)
   await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [key.id] })
 
@@ -53,15 +52,11 @@ try {
   const load = autocannon({ url: server.base + DATASET, headers: { authorization: `Bearer ${key.key}` }, connections: 50, duration: seconds + 4 })
   await sleep(2000)
   const data = join(dir, 'perf.data')
-  // Not spawnSync: autocannon runs in this process and must go on sending.
-  const record = spawn('perf', ['record', '-F', '2000', '-g', '-p', String(server.child.pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
-  const [status] = await once(record, 'exit') as [number | null]
-  if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
+  const main = await recordMainThread(server.child.pid as number, data, seconds, 2000)
   const result = await load
   if (result.non2xx > 0) throw new Error(`${result.non2xx} requests failed`)
   await stopBenchServer(server)
 
-  const main = mainThreadStacks(data)
   console.log(`${main.length} samples of the server's main thread over ${seconds} s, ${Math.round(result.requests.average)} req/s\n`)
   const holds = (stack: string[], names: string[]): boolean => stack.some((frame) => names.some((name) => frame.includes(name)))
   const share = (n: number): string => `${(100 * n / Math.max(1, main.length)).toFixed(1)}%`

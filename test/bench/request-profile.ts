@@ -22,7 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { compileForBench, REPO } from './compile.js'
 import { benchServerStarted, type BenchRoute } from './example-bench-start.js'
-import { mainThreadStacks } from './perf-samples.js'
+import { PERF_NODE_ARGS, recordMainThread } from './perf-samples.js'
 
 const routes = (process.argv[2] ?? 'json,hand').split(',')
 const seconds = Number(process.argv[3] ?? 8)
@@ -35,8 +35,9 @@ const dir = mkdtempSync(join(tmpdir(), 'fde-request-profile-'))
 if (process.env.PERF_KEEP === '1') console.log(`perf files in ${dir}`)
 else process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
 const entry = compileForBench(join(REPO, 'test/bench/example-bench-server.ts'), join(dir, 'build'))
-const child = spawn(process.execPath, ['--perf-basic-prof', entry], {
-  cwd: REPO, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit']
+// In the temporary folder: the JIT's dump goes to the process's own (PERF_NODE_ARGS).
+const child = spawn(process.execPath, [...PERF_NODE_ARGS, entry], {
+  cwd: dir, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit']
 })
 const { key, urls } = await benchServerStarted(child)
 
@@ -47,12 +48,9 @@ async function record (route: string): Promise<{ stacks: string[][], requests: n
   const load = autocannon({ ...options, duration: seconds + 3 })
   await sleep(1500)
   const data = join(dir, `perf-${route}.data`)
-  const perf = spawn('perf', ['record', '-F', String(FREQUENCY), '-g', '-p', String(child.pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
-  const [status] = await once(perf, 'exit') as [number | null]
-  if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
+  const stacks = await recordMainThread(child.pid as number, data, seconds, FREQUENCY)
   const result = await load
   if (result.non2xx > 0) throw new Error(`${route}: ${result.non2xx} requests failed`)
-  const stacks = mainThreadStacks(data)
   return { stacks, requests: result.requests.average * seconds }
 }
 
