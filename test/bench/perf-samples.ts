@@ -15,18 +15,14 @@ import { once } from 'node:events'
 export const PERF_NODE_ARGS = ['--perf-prof']
 
 /**
- * Samples process `pid` for `seconds` at `frequency` a second into `data`,
- * names its JIT frames (see PERF_NODE_ARGS), and answers its main thread's
- * stacks (mainThreadStacks). Async: the load that runs meanwhile goes on.
+ * Samples process `pid` for `seconds` at `frequency` a second into `data`.
+ * Async: a load that this process makes meanwhile goes on.
  */
-export async function recordMainThread (pid: number, data: string, seconds: number, frequency: number): Promise<string[][]> {
+export async function recordPerf (pid: number, data: string, seconds: number, frequency: number): Promise<void> {
   // -k 1: the monotonic clock, which the jit dump's times use.
   const record = spawn('perf', ['record', '-k', '1', '-F', String(frequency), '-g', '-p', String(pid), '-o', data, '--', 'sleep', String(seconds)], { stdio: 'ignore' })
   const [status] = await once(record, 'exit') as [number | null]
   if (status !== 0) throw new Error('perf record failed: is linux-perf installed?')
-  const injected = spawnSync('perf', ['inject', '--jit', '-i', data, '-o', `${data}.jit`], { stdio: 'ignore' })
-  if (injected.status !== 0) throw new Error('perf inject --jit failed')
-  return mainThreadStacks(`${data}.jit`)
 }
 
 /**
@@ -36,7 +32,10 @@ export async function recordMainThread (pid: number, data: string, seconds: numb
  * others are V8's and libuv's helpers.
  */
 export function mainThreadStacks (perfData: string): string[][] {
-  const script = spawnSync('perf', ['script', '-i', perfData, '-F', 'tid,ip,sym'], { maxBuffer: 1 << 30, encoding: 'utf8' })
+  // JIT frames named from the process's jit dump, if it wrote one (PERF_NODE_ARGS).
+  const injected = spawnSync('perf', ['inject', '--jit', '-i', perfData, '-o', `${perfData}.jit`], { stdio: 'ignore' })
+  if (injected.status !== 0) throw new Error('perf inject --jit failed')
+  const script = spawnSync('perf', ['script', '-i', `${perfData}.jit`, '-F', 'tid,ip,sym'], { maxBuffer: 1 << 30, encoding: 'utf8' })
   // perf script prints a line with the thread id, then one frame per line, then a blank line.
   const byThread = new Map<string, string[][]>()
   let frames: string[] = []

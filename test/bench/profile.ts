@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer } from './bench-process.js'
 import { compileForBench, REPO } from './compile.js'
-import { PERF_NODE_ARGS, recordMainThread } from './perf-samples.js'
+import { mainThreadStacks, PERF_NODE_ARGS, recordPerf } from './perf-samples.js'
 
 const seconds = Number(process.argv[2] ?? 8)
 
@@ -52,10 +52,11 @@ try {
   const load = autocannon({ url: server.base + DATASET, headers: { authorization: `Bearer ${key.key}` }, connections: 50, duration: seconds + 4 })
   await sleep(2000)
   const data = join(dir, 'perf.data')
-  const main = await recordMainThread(server.child.pid as number, data, seconds, 2000)
+  await recordPerf(server.child.pid as number, data, seconds, 2000)
   const result = await load
   if (result.non2xx > 0) throw new Error(`${result.non2xx} requests failed`)
   await stopBenchServer(server)
+  const main = mainThreadStacks(data)
 
   console.log(`${main.length} samples of the server's main thread over ${seconds} s, ${Math.round(result.requests.average)} req/s\n`)
   const holds = (stack: string[], names: string[]): boolean => stack.some((frame) => names.some((name) => frame.includes(name)))

@@ -22,7 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { compileForBench, REPO } from './compile.js'
 import { benchServerStarted, type BenchRoute } from './example-bench-start.js'
-import { PERF_NODE_ARGS, recordMainThread } from './perf-samples.js'
+import { mainThreadStacks, PERF_NODE_ARGS, recordPerf } from './perf-samples.js'
 
 const routes = (process.argv[2] ?? 'json,hand').split(',')
 const seconds = Number(process.argv[3] ?? 8)
@@ -48,9 +48,11 @@ async function record (route: string): Promise<{ stacks: string[][], requests: n
   const load = autocannon({ ...options, duration: seconds + 3 })
   await sleep(1500)
   const data = join(dir, `perf-${route}.data`)
-  const stacks = await recordMainThread(child.pid as number, data, seconds, FREQUENCY)
+  await recordPerf(child.pid as number, data, seconds, FREQUENCY)
+  // After the load: its rate counts the requests of the whole run.
   const result = await load
   if (result.non2xx > 0) throw new Error(`${route}: ${result.non2xx} requests failed`)
+  const stacks = mainThreadStacks(data)
   return { stacks, requests: result.requests.average * seconds }
 }
 
