@@ -11,6 +11,7 @@ import dataEndpoints, { SqliteStorage, type Column, type Dataset, type DataEndpo
 import { DEFAULT_CHUNK_SIZE, Pace, SLICE_MS } from '../../lib/formats/pace.js'
 import { MemoryJobs } from '../fixtures.js'
 import { assignKeys, createKey, DATASET_URL } from '../helper.js'
+import { eventually } from '../limit-fixtures.js'
 import { requestBytes } from '../raw-http.js'
 
 // Downloads share the server (issue 7): a download to a client that reads as
@@ -367,7 +368,7 @@ t.test('clients that never read hold no other copy of a chunk', async (t) => {
   // Every download under way before they are watched settle: on a loaded
   // machine the worker's clients may connect later than 200 ms, and pulled
   // rows that stay at 0 meanwhile would count downloads still starting.
-  while (served.downloads.length < paths.length) await sleep(20)
+  t.ok(await eventually(async () => served.downloads.length === paths.length, 1500), 'every client\'s download started')
   await settled(() => datasets.pulled)
   await gc()
   // Every chunk is a Buffer outside V8's heap: one per client is the one its
