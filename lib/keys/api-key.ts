@@ -18,12 +18,17 @@ const IN_ALPHABET = new Uint8Array(128)
 for (let i = 0; i < ALPHABET.length; i++) IN_ALPHABET[ALPHABET.charCodeAt(i)] = 1
 const DASH = 0x2d
 
-/** Whether `value`, KEY_LENGTH characters long, is alphanumeric around a dash after the prefix. */
-function hasKeyShape (value: string): boolean {
-  let shaped = value.charCodeAt(KEY_PREFIX_LENGTH) === DASH ? 1 : 0
+/**
+ * Whether `text` from `start` to its end is a key's shape: KEY_LENGTH
+ * characters, alphanumeric around a dash after the prefix. Checked where it
+ * stands, so that a key inside a header needs no copy of its own first.
+ */
+export function isKeyAt (text: string, start: number): boolean {
+  if (text.length - start !== KEY_LENGTH) return false
+  let shaped = text.charCodeAt(start + KEY_PREFIX_LENGTH) === DASH ? 1 : 0
   for (let i = 0; i < KEY_LENGTH; i++) {
     if (i === KEY_PREFIX_LENGTH) continue
-    const c = value.charCodeAt(i)
+    const c = text.charCodeAt(start + i)
     shaped &= c < 128 ? IN_ALPHABET[c] : 0
   }
   return shaped === 1
@@ -54,7 +59,7 @@ export function generateKey (): GeneratedKey {
 
 /** The prefix of a well-formed key, or null when the value cannot be a key. */
 export function keyPrefixOf (value: unknown): string | null {
-  if (typeof value !== 'string' || value.length !== KEY_LENGTH || !hasKeyShape(value)) return null
+  if (typeof value !== 'string' || !isKeyAt(value, 0)) return null
   return value.slice(0, KEY_PREFIX_LENGTH)
 }
 

@@ -1,6 +1,6 @@
 import { setTimeout } from 'node:timers/promises'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { keyPrefixOf, loggablePrefix } from './api-key.js'
+import { isKeyAt, KEY_PREFIX_LENGTH, keyPrefixOf, loggablePrefix } from './api-key.js'
 import { clientKey, type FailureThrottle } from './failure-throttle.js'
 import {
   DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
@@ -74,6 +74,13 @@ const TAB = 0x09
 const isBlank = (c: number): boolean => c === SPACE || c === TAB
 const BEARER_SCHEME = 'bearer'
 
+/** Whether `header` starts with the scheme `bearer`, in any case. */
+function isBearerScheme (header: string): boolean {
+  // (c | 0x20) is c in lower case for an ASCII letter, and 'b', 'e', 'a' or 'r' for no other character.
+  for (let i = 0; i < BEARER_SCHEME.length; i++) if ((header.charCodeAt(i) | 0x20) !== BEARER_SCHEME.charCodeAt(i)) return false
+  return true
+}
+
 /**
  * The token of `Authorization: Bearer <token>`: the scheme in any case, then
  * spaces or tabs, then the token without the spaces or tabs after it; null
@@ -82,9 +89,7 @@ const BEARER_SCHEME = 'bearer'
  */
 export function bearerToken (header: string): string | null {
   const n = header.length
-  if (n < 8) return null
-  // (c | 0x20) is c in lower case for an ASCII letter, and 'b', 'e', 'a' or 'r' for no other character.
-  for (let i = 0; i < 6; i++) if ((header.charCodeAt(i) | 0x20) !== BEARER_SCHEME.charCodeAt(i)) return null
+  if (n < 8 || !isBearerScheme(header)) return null
   let start = 6
   while (start < n && isBlank(header.charCodeAt(start))) start++
   let end = n
@@ -98,20 +103,33 @@ export function bearerToken (header: string): string | null {
   return header.slice(start, end)
 }
 
+/** A supplied value, and its prefix when it is a well-formed key (else null). */
+export interface SuppliedKey {
+  value: unknown
+  prefix: string | null
+}
+
+/** Where the key starts in `Bearer <key>` as clients write it: the scheme and one space. */
+const BEARER_KEY_START = BEARER_SCHEME.length + 1
+
 /**
  * The supplied key: a non-empty `api_key` query value wins over
  * `Authorization: Bearer <key>` (scheme in any case). A repeated `api_key`
- * is passed on as is, and fails later as a malformed key.
+ * is passed on as is, and fails later as a malformed key. Undefined when
+ * neither is there.
  */
-export function suppliedKey (request: FastifyRequest): unknown {
+export function suppliedKey (request: FastifyRequest): SuppliedKey | undefined {
   const fromQuery = (request.query as Record<string, unknown>).api_key
-  if (fromQuery !== undefined && fromQuery !== '') return fromQuery
+  if (fromQuery !== undefined && fromQuery !== '') return { value: fromQuery, prefix: keyPrefixOf(fromQuery) }
   const header = request.headers.authorization
-  if (typeof header === 'string') {
-    const token = bearerToken(header)
-    if (token !== null) return token
+  if (typeof header !== 'string') return undefined
+  // The usual header, a well-formed key after `Bearer `, is read where it
+  // stands: no scan for blanks and line ends, and no second pass over a copy.
+  if (header.charCodeAt(BEARER_KEY_START - 1) === SPACE && isBearerScheme(header) && isKeyAt(header, BEARER_KEY_START)) {
+    return { value: header.slice(BEARER_KEY_START), prefix: header.slice(BEARER_KEY_START, BEARER_KEY_START + KEY_PREFIX_LENGTH) }
   }
-  return undefined
+  const token = bearerToken(header)
+  return token === null ? undefined : { value: token, prefix: keyPrefixOf(token) }
 }
 
 export function isLoopback (ip: string): boolean {
@@ -262,11 +280,11 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     if (supplied === undefined) {
       return countKeyless(locator).then(() => { throw new NotAuthorizedError() })
     }
-    request.dataEndpointKeyPrefix = loggablePrefix(supplied)
-    const prefix = keyPrefixOf(supplied)
+    request.dataEndpointKeyPrefix = supplied.prefix ?? loggablePrefix(supplied.value)
+    const { prefix } = supplied
     // (A prefix means the supplied value is a well-formed key, so a string.)
-    const valueDigest = prefix === null ? null : verifier.digestOf(supplied as string)
-    const call: KeyedCall = { request, reply, locator, supplied, client: clientKey(ip), prefix, valueDigest }
+    const valueDigest = prefix === null ? null : verifier.digestOf(supplied.value as string)
+    const call: KeyedCall = { request, reply, locator, supplied: supplied.value, client: clientKey(ip), prefix, valueDigest }
     // A key verified here before goes through every check but the throttle's
     // (the usual case): its attempts need no counting, and past the client's
     // bound it passes all the same.

@@ -1,6 +1,8 @@
 import fc from 'fast-check'
 import t from 'tap'
-import { bearerToken, parseLocator } from '../../lib/keys/authenticate.js'
+import type { FastifyRequest } from 'fastify'
+import { bearerToken, parseLocator, suppliedKey } from '../../lib/keys/authenticate.js'
+import { keyPrefixOf } from '../../lib/keys/api-key.js'
 
 // The patterns the key hook used before it read the request by hand: each reading must agree with its pattern.
 const PATTERN = /^bearer[ \t]+([^ \t].*?)[ \t]*$/i
@@ -26,6 +28,34 @@ t.test('bearerToken agrees with the pattern on generated headers', async (t) => 
   )
   fc.assert(fc.property(header, (h) => bearerToken(h) === byPattern(h)), { numRuns: 20000 })
   t.pass('20,000 headers: the same answer')
+})
+
+t.test('suppliedKey reads `Bearer <key>` where it stands as the general reading does', async (t) => {
+  const key = 'AbCdEfGhIj-0123456789abcdefghijk'
+  const read = (authorization: string | undefined, query: Record<string, unknown> = {}): unknown =>
+    suppliedKey({ query, headers: { authorization } } as unknown as FastifyRequest)
+  t.same(read(`Bearer ${key}`), { value: key, prefix: 'AbCdEfGhIj' })
+  t.same(read(`bearer ${key}`), { value: key, prefix: 'AbCdEfGhIj' })
+  t.same(read(`Bearer ${key}`, { api_key: 'other' }), { value: 'other', prefix: null }, 'the query wins')
+  t.same(read(`Bearer ${key}`, { api_key: '' }), { value: key, prefix: 'AbCdEfGhIj' }, 'an empty query value does not')
+  t.equal(read(undefined), undefined)
+  t.equal(read('Basic abc'), undefined)
+  // Headers a key's length long and near a key's shape, where the quick reading and the general one meet.
+  const keyChar = fc.constantFrom('a', 'Z', '0', '9', '-', ' ', '\t', '\n', '\u00e9', '\u0130', '_', '/')
+  const nearKey = fc.oneof(
+    fc.array(keyChar, { minLength: 30, maxLength: 34 }).map((c) => c.join('')),
+    fc.tuple(fc.nat(31), keyChar).map(([i, c]) => key.slice(0, i) + c + key.slice(i + 1)),
+    fc.constant(key)
+  )
+  const scheme = fc.constantFrom('Bearer ', 'bearer ', 'BEARER\t', 'Bearer  ', 'Bearer', 'Bearex ', 'Bearer\u00a0')
+  fc.assert(fc.property(scheme, nearKey, fc.constantFrom('', ' ', '\t'), (s, k, after) => {
+    const header = s + k + after
+    const token = bearerToken(header)
+    const expected = token === null ? undefined : { value: token, prefix: keyPrefixOf(token) }
+    const got = read(header) as { value: unknown, prefix: string | null } | undefined
+    return got === expected || (got !== undefined && expected !== undefined && got.value === expected.value && got.prefix === expected.prefix)
+  }), { numRuns: 20000 })
+  t.pass('20,000 headers: the same value and prefix')
 })
 
 t.test('parseLocator: sequences are what /^[1-9][0-9]{0,15}$/ allows and a safe integer holds', async (t) => {
