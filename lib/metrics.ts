@@ -48,6 +48,8 @@ export class PluginMetrics {
    */
   private readonly pendingRequests = new Map<string, Pending<'route' | 'status' | 'reason'>>()
   private readonly pendingBytes = new Map<string, Pending<'format'>>()
+  /** the labels `request` counted last, and their entry */
+  private lastRequest: { route: string, status: number, reason: string, pending: Pending<'route' | 'status' | 'reason'> } | undefined
   /**
    * Memo hits' durations, each observed later, in a run of them: when
    * HIT_BATCH have come, or when the registry is read. Every request of a
@@ -106,10 +108,17 @@ export class PluginMetrics {
   }
 
   request (route: string, status: number, reason: string): void {
+    // Most requests repeat the last one's labels: counted without making their key.
+    const last = this.lastRequest
+    if (last !== undefined && last.status === status && last.route === route && last.reason === reason) {
+      last.pending.value++
+      return
+    }
     const key = `${route} ${status} ${reason}`
-    const pending = this.pendingRequests.get(key)
+    let pending = this.pendingRequests.get(key)
     if (pending !== undefined) pending.value++
-    else this.pendingRequests.set(key, { labels: { route, status: String(status), reason }, value: 1 })
+    else this.pendingRequests.set(key, pending = { labels: { route, status: String(status), reason }, value: 1 })
+    this.lastRequest = { route, status, reason, pending }
   }
 
   verified (memo: 'hit' | 'miss', seconds: number): void {

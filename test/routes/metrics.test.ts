@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import { Registry } from 'prom-client'
 import t from 'tap'
+import fc from 'fast-check'
+import { PluginMetrics } from '../../lib/metrics.js'
 import { bcryptHasher, SqliteStorage, type KeyHasher, type Storage, type UsageBatch } from '../../lib/index.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from '../helper.js'
 
@@ -244,4 +246,29 @@ t.test('downloads in progress and bytes handed on, by format, for whole and stre
   const inProgress = await samples(registry, 'data_endpoints_downloads_in_progress')
   t.ok([...inProgress.values()].every((v) => v === 0), 'none in progress once all have ended')
   t.ok(inProgress.has('{format="json"}'), 'a streamed json download was counted in progress')
+})
+
+t.test('requests are counted by label set whatever their order, between reads of the registry', async (t) => {
+  const registry = new Registry()
+  const metrics = new PluginMetrics(registry, { queuedComparisons: () => 0, tarSpoolBytes: () => 0 })
+  const labels = fc.constantFrom(['dataset', 200, 'ok'], ['dataset', 403, 'unknown_key'], ['pipeline', 200, 'ok'], ['dataset', 404, 'ok'], ['other', 200, 'ok']) as fc.Arbitrary<[string, number, string]>
+  const step = fc.oneof(labels.map((l) => ({ count: l })), fc.constant({ read: true }))
+  await fc.assert(fc.asyncProperty(fc.array(step, { maxLength: 60 }), async (steps) => {
+    const before = await samples(registry, 'data_endpoints_requests_total')
+    const expected = new Map<string, number>()
+    for (const s of steps) {
+      if ('read' in s) await samples(registry, 'data_endpoints_requests_total')
+      else {
+        const [route, status, reason] = s.count
+        metrics.request(route, status, reason)
+        const key = `{route="${route}",status="${status}",reason="${reason}"}`
+        expected.set(key, (expected.get(key) ?? 0) + 1)
+      }
+    }
+    const after = await samples(registry, 'data_endpoints_requests_total')
+    for (const [key, n] of expected) if ((after.get(key) ?? 0) - (before.get(key) ?? 0) !== n) return false
+    return true
+  }), { numRuns: 300 })
+  metrics.unregister()
+  t.pass('300 sequences: every label set counted exactly')
 })
