@@ -422,6 +422,13 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
 
 /** findEndpointKey answers remembered at most; a project's keys times its endpoints in use is the working set. */
 const LOOKUP_MEMO_SIZE = 4096
+/** answers remembered for one prefix (a key on many endpoints): a lookup compares its locator with each */
+const LOOKUP_MEMO_PER_PREFIX = 32
+
+/** A remembered findEndpointKey answer, with the locator it answered. */
+interface RememberedLookup extends EndpointLocator {
+  found: EndpointKeyLookup | null
+}
 
 /** A key's bytes of the UTC day, when it has a bytesPerDay limit (a column of the key lookups). */
 const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
@@ -461,7 +468,8 @@ export class SqliteStorage implements Storage {
   private readonly statements
   private readonly pageStatements = new Map<string, Database.Statement<Record<string, string | number>, unknown>>()
   /** recent findEndpointKey answers, valid while the stamp holds (see there) */
-  private readonly lookupMemo = new Map<string, EndpointKeyLookup | null>()
+  private readonly lookupMemo = new Map<string, RememberedLookup[]>()
+  private lookupMemoSize = 0
   private lookupStamp = { changes: -1, version: -1, day: -1 }
   /** the file is this handle's alone (options.exclusive): no other connection commits */
   private readonly exclusive: boolean
@@ -700,14 +708,32 @@ export class SqliteStorage implements Storage {
     const stamp = this.lookupStamp
     if (changes !== stamp.changes || version !== stamp.version || day !== stamp.day) {
       this.lookupMemo.clear()
+      this.lookupMemoSize = 0
       this.lookupStamp = { changes, version, day }
     }
-    const memoKey = `${prefix ?? ''}\0${l.organization}\0${l.project}\0${l.modelSequence}\0${l.type}\0${l.resourceSequence}`
-    const remembered = this.lookupMemo.get(memoKey)
-    if (remembered !== undefined) return remembered
+    // By prefix ('' for none), then the locator compared part by part: a
+    // key made of the six parts cost a string, its flattening and its hash
+    // on every request (about 3,000 instructions of the 5,400 here).
+    const memoKey = prefix ?? ''
+    let remembered = this.lookupMemo.get(memoKey)
+    if (remembered !== undefined) {
+      for (let i = 0; i < remembered.length; i++) {
+        const r = remembered[i]
+        if (r.resourceSequence === l.resourceSequence && r.modelSequence === l.modelSequence && r.type === l.type &&
+          r.project === l.project && r.organization === l.organization) return r.found
+      }
+    }
     const found = this.readEndpointKey(l, prefix)
-    if (this.lookupMemo.size >= LOOKUP_MEMO_SIZE) this.lookupMemo.clear()
-    this.lookupMemo.set(memoKey, found)
+    if (this.lookupMemoSize >= LOOKUP_MEMO_SIZE) {
+      this.lookupMemo.clear()
+      this.lookupMemoSize = 0
+      remembered = undefined
+    }
+    if (remembered === undefined) this.lookupMemo.set(memoKey, remembered = [])
+    // A prefix's oldest answer makes room for its newest.
+    if (remembered.length >= LOOKUP_MEMO_PER_PREFIX) remembered.shift()
+    else this.lookupMemoSize++
+    remembered.push({ organization: l.organization, project: l.project, modelSequence: l.modelSequence, type: l.type, resourceSequence: l.resourceSequence, found })
     return found
   }
 

@@ -1,8 +1,11 @@
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
+import { isDeepStrictEqual } from 'node:util'
+import fc from 'fast-check'
 import t, { type Test } from 'tap'
 import Database from 'better-sqlite3'
 import { MIGRATIONS, SqliteStorage } from '../../lib/storage/sqlite-storage.js'
+import type { EndpointLocator } from '../../lib/storage/storage.js'
 import { storageContract } from '../storage-contract.js'
 import { sqliteCliAvailable } from '../format-readers.js'
 
@@ -138,6 +141,35 @@ t.test('a remembered lookup gives way to any write: this handle\'s, or another h
   t.equal((await a.findEndpointKey(LOCATOR, 'DDDDDDDDDD'))?.key?.hash, 'h2')
   await b.deleteEndpoint(LOCATOR, AUDIT)
   t.equal(await a.findEndpointKey(LOCATOR, 'DDDDDDDDDD'), null, 'the endpoint deleted through b: none')
+})
+
+t.test('a remembered lookup answers what the database says, for any mix of prefixes and endpoints', async (t) => {
+  // The memo keeps answers by prefix, then by locator, 32 a prefix: a key on
+  // 40 endpoints, asked in any order, must get each endpoint's own answer.
+  const s = new SqliteStorage({ filename: ':memory:' })
+  t.teardown(() => s.close())
+  const prefixes = ['FFFFFFFFFF', 'GGGGGGGGGG', 'HHHHHHHHHH']
+  const ids = []
+  for (const [i, prefix] of prefixes.entries()) {
+    ids.push((await s.createKey({ ...PROJECT, prefix, hash: `h${i}`, purpose: 'x', isActive: i !== 2, expiresAt: null }, AUDIT)).id)
+  }
+  for (let r = 1; r <= 40; r++) {
+    await s.putEndpoint({ ...LOCATOR, resourceSequence: r }, ids.filter((_, i) => (r + i) % 3 !== 0), AUDIT)
+  }
+  await s.putEndpoint({ ...LOCATOR, type: 'pipeline' }, [ids[0]], AUDIT)
+  const read = (l: EndpointLocator, prefix: string | null): unknown =>
+    (s as unknown as { readEndpointKey: (l: unknown, p: string | null) => unknown }).readEndpointKey(l, prefix)
+  const locator = fc.record({
+    organization: fc.constantFrom('o', 'O', 'o2'),
+    project: fc.constantFrom('p', 'q'),
+    modelSequence: fc.constantFrom(1, 2),
+    type: fc.constantFrom('dataset' as const, 'pipeline' as const),
+    resourceSequence: fc.integer({ min: 1, max: 45 })
+  }, { requiredKeys: [] }).map((parts): EndpointLocator => ({ ...LOCATOR, ...parts }))
+  const prefix = fc.constantFrom<string | null>(...prefixes, null, 'ZZZZZZZZZZ')
+  fc.assert(fc.property(fc.array(fc.tuple(locator, prefix), { minLength: 1, maxLength: 120 }), (lookups) =>
+    lookups.every(([l, p]) => isDeepStrictEqual(s.findEndpointKey(l, p), read(l, p)))), { numRuns: 200 })
+  t.pass('200 runs of up to 120 lookups: each answer the database\'s')
 })
 
 t.test('a write blocked by another handle\'s lock fails after busyTimeout instead of hanging', async (t) => {
