@@ -27,7 +27,8 @@ const routes = (process.argv[2] ?? 'hand,json,download').split(',')
 const requests = Number(process.argv[3] ?? 1000)
 const warmUp = Number(process.argv[4] ?? 5000)
 const dir = mkdtempSync(join(tmpdir(), 'fde-instructions-'))
-process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
+if (process.env.KEEP === '1') console.log(`callgrind files in ${dir}`)
+else process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
 // ROOT: another checkout of this repository (a git worktree of an older commit) to count instead.
 const root = process.env.ROOT ?? REPO
 const entry = compileForBench(join(root, 'test/bench/example-bench-server.ts'), join(dir, 'build'), root)
@@ -133,4 +134,5 @@ if (process.env.DIFF === '1' && results.length >= 2) {
     for (const [name, x, y] of rows) console.log(`| ${x.toFixed(0)} | ${y.toFixed(0)} | ${(y - x).toFixed(0)} | \`${name}\` |`)
   }
 }
-for (const r of results) rmSync(`/tmp/perf-${r.pid}.map`, { force: true })
+if (process.env.KEEP !== '1') for (const r of results) rmSync(`/tmp/perf-${r.pid}.map`, { force: true })
+else for (const r of results) console.log(`${r.route}: ${r.file}, /tmp/perf-${r.pid}.map`)
