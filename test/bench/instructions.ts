@@ -12,7 +12,8 @@
 // cache misses and mispredicted branches cost time the count does not
 // show. Not a test: run it with
 //   npx tsx test/bench/instructions.ts [routes, e.g. hand,json,download] [requests] [warm-up requests]
-// ROOT=<another checkout> counts that one's code. DIFF=1 then lists the functions whose counts differ most between the
+// ROOT=<another checkout> counts that one's code. KEEP=1 keeps the callgrind files and perf maps (their paths are printed).
+// DIFF=1 then lists the functions whose counts differ most between the
 // first two routes (JIT code named through node's --perf-basic-prof map).
 // Needs valgrind; about a minute a route.
 import { execFileSync, spawn } from 'node:child_process'
