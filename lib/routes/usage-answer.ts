@@ -7,7 +7,15 @@ export const USAGE_PIECE_BYTES = 65_536
 const COMMA = 44
 const CLOSE = 125 // '}'
 const ZERO = 48
+const COLON = 58
+const DOT = 46
+const Z = 90
+const QUOTE = 34
 const BYTES = Buffer.from(',"bytes":')
+const START = Buffer.from('{"start":"')
+/** toISOString()'s length for a year 0 to 9999, written here without a Date; other years are longer and take a Date's. */
+const ISO_LENGTH = 24
+const DAY_MS = 86_400_000
 
 /** Pieces written between two turns of the event loop. */
 const PIECES_PER_TURN = 4
@@ -53,7 +61,11 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
   let piece = Buffer.allocUnsafe(USAGE_PIECE_BYTES)
   let at = piece.write('{"granularity":' + JSON.stringify(granularity) + ',"rows":[')
   let startTime = NaN
-  let startText = Buffer.alloc(0) // '{"start":"…"'
+  // The start's ISO text, written into `startText` once per start: a
+  // year of one key by hour has a new start every row.
+  let startText = Buffer.alloc(0)
+  let startLength = 0
+  let day = NaN
   // per series: ',"endpointId":…,"keyId":…,"outcome":…,"count":'
   const seriesTexts: Array<Buffer | undefined> = []
   const { starts, seriesOf, counts, bytes: byteCounts } = rows
@@ -61,14 +73,23 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
     const time = starts[i]
     if (time !== startTime) {
       startTime = time
-      startText = Buffer.from('{"start":' + JSON.stringify(new Date(time).toISOString()))
+      const startDay = Math.floor(time / DAY_MS)
+      if (startDay !== day) {
+        // The day's text ("2030-01-01T"), from a Date once a day.
+        day = startDay
+        const iso = new Date(day * DAY_MS).toISOString()
+        startText = Buffer.alloc(START.length + Math.max(iso.length, ISO_LENGTH) + 1)
+        START.copy(startText)
+        startText.write(iso, START.length, 'latin1')
+      }
+      startLength = writeStart(startText, time, day)
     }
     const s = seriesOf[i]
     const series = seriesTexts[s] ??= seriesText(rows.series[s])
     const count = numberText(counts[i])
     const bytes = numberText(byteCounts[i])
     // comma, start, series, count, ',"bytes":', bytes, '}'
-    const size = 1 + startText.length + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
+    const size = 1 + startLength + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
     if (at + size > piece.length) {
       yield piece.toString('utf8', 0, at)
       // Only a row longer than a piece needs a larger buffer.
@@ -76,7 +97,7 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
       at = 0
     }
     if (i > 0) piece[at++] = COMMA
-    at += startText.copy(piece, at)
+    at += startText.copy(piece, at, 0, startLength)
     at += series.copy(piece, at)
     at = count === null ? writeDigits(piece, at, counts[i]) : at + count.copy(piece, at)
     at += BYTES.copy(piece, at)
@@ -89,6 +110,45 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
   }
   at += piece.write(']}', at)
   yield piece.toString('utf8', 0, at)
+}
+
+/**
+ * Writes `time`'s ISO 8601 text and its closing quote after the day's text
+ * in `start` (which holds '{"start":"' and that day's toISOString()); the
+ * length of '{"start":"…"'. The time of day is written by hand; a year
+ * outside 0 to 9999, whose text is longer, takes toISOString() whole.
+ */
+function writeStart (start: Buffer, time: number, day: number): number {
+  const dayText = START.length + 11 // '{"start":"' and 'YYYY-MM-DDT'
+  if (start.length !== START.length + ISO_LENGTH + 1) {
+    const iso = new Date(time).toISOString()
+    const end = START.length + start.write(iso, START.length, 'latin1')
+    start[end] = QUOTE
+    return end + 1
+  }
+  let ms = time - day * DAY_MS
+  const hours = Math.floor(ms / 3_600_000)
+  ms -= hours * 3_600_000
+  const minutes = Math.floor(ms / 60_000)
+  ms -= minutes * 60_000
+  const seconds = Math.floor(ms / 1000)
+  ms -= seconds * 1000
+  twoDigits(start, dayText, hours)
+  start[dayText + 2] = COLON
+  twoDigits(start, dayText + 3, minutes)
+  start[dayText + 5] = COLON
+  twoDigits(start, dayText + 6, seconds)
+  start[dayText + 8] = DOT
+  start[dayText + 9] = ZERO + Math.floor(ms / 100)
+  twoDigits(start, dayText + 10, ms % 100)
+  start[dayText + 12] = Z
+  start[dayText + 13] = QUOTE
+  return dayText + 14
+}
+
+function twoDigits (buffer: Buffer, at: number, n: number): void {
+  buffer[at] = ZERO + Math.floor(n / 10)
+  buffer[at + 1] = ZERO + (n % 10)
 }
 
 function seriesText (series: UsageSeriesName): Buffer {

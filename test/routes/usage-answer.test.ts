@@ -1,3 +1,4 @@
+import fc from 'fast-check'
 import { test } from 'tap'
 import { USAGE_PIECE_BYTES, usageAnswerPieces, usageAnswerWithTurns } from '../../lib/routes/usage-answer.js'
 import type { UsageRow } from '../../lib/storage/storage.js'
@@ -69,6 +70,30 @@ test('counts and bytes that are not safe integers are written as JSON writes the
   const start = new Date(Date.UTC(2030, 0, 1))
   const rows: UsageRow[] = [0, 1, 10, 99, 2 ** 53, 1.5, -3].map((count) => ({ start, endpointId: 'e', keyId: 'k', outcome: 'ok', count, bytes: count }))
   t.equal(usageAnswerJson('day', rows), reference('day', rows))
+})
+
+test('every start is written as toISOString writes it, any year and any millisecond', async (t) => {
+  // The time of day is written by hand after a day's text (years 0 to 9999);
+  // other years take toISOString() whole. Runs of rows share a start, a day, or neither.
+  const MAX = 8.64e15
+  const time = fc.oneof(
+    fc.integer({ min: -MAX, max: MAX }),
+    fc.integer({ min: Date.UTC(-1, 0, 1), max: Date.UTC(10001, 0, 1) }),
+    fc.integer({ min: -2, max: 2 }).map((d) => Date.UTC(2030, 0, 1) + d),
+    fc.constantFrom(-62_167_219_200_001, -62_167_219_200_000, 253_402_300_799_999, 253_402_300_800_000, 0, -1, MAX, -MAX)
+  )
+  const runs = fc.array(fc.tuple(time, fc.integer({ min: 1, max: 3 }), fc.constantFrom(1, 999, 3_600_000, 86_400_000)), { minLength: 1, maxLength: 20 })
+  fc.assert(fc.property(runs, (spec) => {
+    const rows: UsageRow[] = []
+    for (const [first, n, step] of spec) {
+      for (let i = 0; i < n; i++) {
+        const at = first + i * step
+        if (Math.abs(at) <= MAX) rows.push({ start: new Date(at), endpointId: 'e', keyId: null, outcome: 'ok', count: i, bytes: 0 })
+      }
+    }
+    return usageAnswerJson('hour', rows) === reference('hour', rows)
+  }), { numRuns: 3000 })
+  t.pass('3,000 runs of rows: the same text as JSON.stringify')
 })
 
 test('the streamed answer is the same bytes, with turns of the event loop between its pieces', async (t) => {
