@@ -18,6 +18,7 @@ import { endpointPath } from './endpoint-path.js'
 import { keyChanges, keyIdChanges, linkChanges } from './audit-changes.js'
 import { DAY_MS, dailyCounts } from './usage-buckets.js'
 import { migrationsFor } from './migrations.js'
+import { LookupMemo } from './lookup-memo.js'
 
 export interface SqliteStorageOptions {
   /** a file path, or ':memory:' for a private in-memory database */
@@ -420,16 +421,6 @@ function locatorParams (l: EndpointLocator): [string, string, number, string, nu
   return [l.organization, l.project, l.modelSequence, l.type, l.resourceSequence]
 }
 
-/** findEndpointKey answers remembered at most; a project's keys times its endpoints in use is the working set. */
-const LOOKUP_MEMO_SIZE = 4096
-/** answers remembered for one prefix (a key on many endpoints): a lookup compares its locator with each */
-const LOOKUP_MEMO_PER_PREFIX = 32
-
-/** A remembered findEndpointKey answer, with the locator it answered. */
-interface RememberedLookup extends EndpointLocator {
-  found: EndpointKeyLookup | null
-}
-
 /** A key's bytes of the UTC day, when it has a bytesPerDay limit (a column of the key lookups). */
 const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
   (SELECT COALESCE(SUM(bytes), 0) FROM usage_daily u
@@ -468,8 +459,7 @@ export class SqliteStorage implements Storage {
   private readonly statements
   private readonly pageStatements = new Map<string, Database.Statement<Record<string, string | number>, unknown>>()
   /** recent findEndpointKey answers, valid while the stamp holds (see there) */
-  private readonly lookupMemo = new Map<string, RememberedLookup[]>()
-  private lookupMemoSize = 0
+  private readonly lookupMemo = new LookupMemo()
   private lookupStamp = { changes: -1, version: -1, day: -1 }
   /** the file is this handle's alone (options.exclusive): no other connection commits */
   private readonly exclusive: boolean
@@ -701,39 +691,18 @@ export class SqliteStorage implements Storage {
    * Answered at once, not as a promise: the key hook then needs none.
    */
   findEndpointKey (locator: EndpointLocator, prefix: string | null): EndpointKeyLookup | null {
-    const l = locator
     const changes = this.statements.ownChanges.get() as number
     const version = this.exclusive ? 0 : this.statements.dataVersion.get() as number
     const day = Math.floor(Date.now() / DAY_MS)
     const stamp = this.lookupStamp
     if (changes !== stamp.changes || version !== stamp.version || day !== stamp.day) {
       this.lookupMemo.clear()
-      this.lookupMemoSize = 0
       this.lookupStamp = { changes, version, day }
     }
-    // By prefix ('' for none), then the locator compared part by part: a
-    // key made of the six parts cost a string, its flattening and its hash
-    // on every request (about 3,000 instructions of the 5,400 here).
-    const memoKey = prefix ?? ''
-    let remembered = this.lookupMemo.get(memoKey)
-    if (remembered !== undefined) {
-      for (let i = 0; i < remembered.length; i++) {
-        const r = remembered[i]
-        if (r.resourceSequence === l.resourceSequence && r.modelSequence === l.modelSequence && r.type === l.type &&
-          r.project === l.project && r.organization === l.organization) return r.found
-      }
-    }
-    const found = this.readEndpointKey(l, prefix)
-    if (this.lookupMemoSize >= LOOKUP_MEMO_SIZE) {
-      this.lookupMemo.clear()
-      this.lookupMemoSize = 0
-      remembered = undefined
-    }
-    if (remembered === undefined) this.lookupMemo.set(memoKey, remembered = [])
-    // A prefix's oldest answer makes room for its newest.
-    if (remembered.length >= LOOKUP_MEMO_PER_PREFIX) remembered.shift()
-    else this.lookupMemoSize++
-    remembered.push({ organization: l.organization, project: l.project, modelSequence: l.modelSequence, type: l.type, resourceSequence: l.resourceSequence, found })
+    const remembered = this.lookupMemo.get(locator, prefix)
+    if (remembered !== undefined) return remembered
+    const found = this.readEndpointKey(locator, prefix)
+    this.lookupMemo.set(locator, prefix, found)
     return found
   }
 
