@@ -125,6 +125,32 @@ CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE
   {
     why: 'Download links (issue 24, DESIGN.md §4.2): one row per link, gone with its key, and the secrets that sign them',
     steps: [{ createTable: LINKS_TABLE }, { createTable: LINK_SECRETS_TABLE }]
+  },
+  {
+    why: 'PostgreSQL mode\'s key check from a memo (issue 25): every statement that changes what a key lookup reads ' +
+      '(a key\'s row, an assignment, an endpoint\'s place) notes its transaction, so that a lookup can ask, in its one ' +
+      'round trip, whether anything committed since the memo was read. SQLite needs none: its memo reads its own counters',
+    steps: [{
+      sql: {
+        sqlite: '-- nothing: SQLite\'s lookup memo is stamped by total_changes() and PRAGMA data_version',
+        pg: `CREATE TABLE lookup_changes (xid xid8 NOT NULL);
+CREATE INDEX lookup_changes_xid ON lookup_changes (xid);
+CREATE FUNCTION note_lookup_change() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  INSERT INTO lookup_changes (xid) VALUES (pg_current_xact_id());
+  RETURN NULL;
+END $$;
+CREATE TRIGGER api_keys_lookup_change
+  AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF id, prefix, hash, is_active, expires_at, requests_per_minute, concurrent_downloads, bytes_per_day
+  ON api_keys FOR EACH STATEMENT EXECUTE FUNCTION note_lookup_change();
+CREATE TRIGGER endpoint_keys_lookup_change
+  AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+  ON endpoint_keys FOR EACH STATEMENT EXECUTE FUNCTION note_lookup_change();
+CREATE TRIGGER endpoints_lookup_change
+  AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF id, organization, project, model_sequence, type, resource_sequence
+  ON endpoints FOR EACH STATEMENT EXECUTE FUNCTION note_lookup_change();`
+      }
+    }]
   }
 ]
 

@@ -21,6 +21,7 @@ import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
 import { fromRow, insertSql, toColumns } from './table-list.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 import { LookupBatch } from './lookup-batch.js'
+import { LookupMemo } from './lookup-memo.js'
 import { mergeSeriesColumns } from './usage-series.js'
 import { usageColumns, usageColumnsOf, usageRowsOf } from './usage-columns.js'
 
@@ -184,32 +185,45 @@ const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/
 
 /** Most findEndpointKey lookups answered by one query. */
 const LOOKUP_BATCH = 64
+/**
+ * How long the lookup memo's reading (one snapshot of the database) is
+ * checked against the change log, from the sending of the lookup that took
+ * it; then the next lookups read everything again.
+ */
+const MEMO_GENERATION_MS = 60_000
+/**
+ * The change log is pruned at most this often per instance, of the
+ * transactions every snapshot at least this old saw: every memo's
+ * snapshot is younger (MEMO_GENERATION_MS), so none of them needs those rows.
+ */
+const CHANGE_LOG_PRUNE_MS = 10 * 60_000
+
+/** The snapshot the lookup memo's answers were read in, and the batch that read it. */
+interface MemoGeneration { snapshot: string, sentAt: number, batch: number }
 
 interface Lookup { locator: EndpointLocator, prefix: string | null }
 
-// The key's columns a lookup reads (k: the key, null when the prefix names
-// no key of the endpoint). Its expiry as epoch milliseconds: no Date parsed
-// per request.
-// The limits ride on the lookup (DESIGN.md §4.3); a key with a bytesPerDay
-// limit reads its bytes of the UTC day too, a key without one nothing more.
-const LOOKUP_KEY_COLUMNS = 'k.id AS key_id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8 AS expires_ms, ' +
-  'k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day'
+// A lookup's answer, as one JSON array a lookup (lookupAnswers): its
+// number, the endpoint, then the key (null when the prefix names no key of
+// the endpoint), its expiry as epoch milliseconds (no Date parsed per
+// request). The limits ride on the lookup (DESIGN.md §4.3); a key with a
+// bytesPerDay limit reads its bytes of the UTC day too, a key without one
+// nothing more.
+type LookupAnswer = [i: number, endpointId: string, keyId: string | null, hash: string | null, isActive: boolean | null, expiresMs: number | null,
+  requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null, bytesToday: number | null]
 /** The key's bytes of the UTC day, in the schema's usage_daily (a column of the lookup). */
 const lookupBytesToday = (usageDaily: string): string =>
   `CASE WHEN k.bytes_per_day IS NOT NULL THEN (SELECT COALESCE(sum(u.bytes), 0) FROM ${usageDaily} u
-     WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END AS bytes_today`
+     WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END`
 
-interface LookupRow {
-  i: string
-  endpoint_id: string
-  key_id: string | null
-  hash: string | null
-  is_active: boolean | null
-  expires_ms: number | null
-  requests_per_minute: string | null
-  concurrent_downloads: string | null
-  bytes_per_day: string | null
-  bytes_today: string | null
+/** The one row of a batch of lookups. */
+interface LookupBatchRow {
+  /** whether anything a lookup reads changed since the memo's snapshot */
+  changed: boolean
+  /** the statement's snapshot, when `changed` */
+  snapshot: string | null
+  /** null when the memo answers every lookup; else one answer for each lookup that found its endpoint */
+  answers: LookupAnswer[] | null
 }
 
 /** A key's limits from its three columns (bigint text): null when it has none. */
@@ -223,20 +237,12 @@ function limitsOf (row: { requests_per_minute: string | null, concurrent_downloa
       }
 }
 
-function toLookup (row: LookupRow): EndpointKeyLookup {
-  if (row.key_id === null) return { endpointId: row.endpoint_id, key: null }
-  const limits = limitsOf(row)
-  return {
-    endpointId: row.endpoint_id,
-    key: {
-      id: row.key_id,
-      hash: row.hash as string,
-      isActive: row.is_active as boolean,
-      expiresAt: row.expires_ms,
-      limits,
-      bytesToday: Number(row.bytes_today ?? 0)
-    }
-  }
+function toLookup ([, endpointId, keyId, hash, isActive, expiresAt, requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday]: LookupAnswer): EndpointKeyLookup {
+  if (keyId === null) return { endpointId, key: null }
+  const limits = requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
+    ? null
+    : { requestsPerMinute, concurrentDownloads, bytesPerDay }
+  return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive as boolean, expiresAt, limits, bytesToday: bytesToday ?? 0 } }
 }
 
 interface KeyRow {
@@ -362,6 +368,16 @@ function hasNul (...values: string[]): boolean {
   return values.some((v) => v.includes('\u0000'))
 }
 
+/**
+ * Text PostgreSQL can hold, so that a stored value may equal it: no NUL, and
+ * no lone surrogate (which its JSON reading refuses, failing every lookup
+ * of a batch).
+ */
+function isStorableText (...values: string[]): boolean {
+  // isWellFormed: Node 20 has it; TypeScript's ES2023 library does not name it.
+  return values.every((v) => !v.includes('\u0000') && (v as string & { isWellFormed: () => boolean }).isWellFormed())
+}
+
 function isPrefixTaken (err: unknown): boolean {
   const e = err as { code?: string, constraint?: string }
   return e.code === '23505' && e.constraint === 'api_keys_prefix_key'
@@ -411,7 +427,16 @@ export class PgStorage implements Storage {
   private readonly endpointSelect: string
   private readonly lookupName: string
   private migrated: Promise<void> | null = null
+  /** whether `migrated` has resolved: the per-request lookup then skips a turn of the microtask queue */
+  private isMigrated = false
   private readonly lookups = new LookupBatch<Lookup, EndpointKeyLookup | null>((lookups) => this.lookupBatch(lookups), LOOKUP_BATCH)
+  /** recent findEndpointKey answers, as of the generation's snapshot */
+  private readonly lookupMemo = new LookupMemo()
+  private memoGeneration: MemoGeneration | null = null
+  private lookupBatches = 0
+  /** the change log's last pruning, and the snapshot it took for the next one */
+  private changeLogPruned = Date.now()
+  private changeLogSnapshot: string | null = null
   private lastPurge = 0
   private closed = false
 
@@ -485,20 +510,42 @@ export class PgStorage implements Storage {
                     FROM ${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id
                    WHERE ek.endpoint_id = e.id), '[]') AS keys
        FROM ${t('endpoints')} e`
+    // The answers to lookups given as JSON text, each [i, organization,
+    // project, modelSequence, type, resourceSequence, prefix]: one array per
+    // lookup whose endpoint exists (LookupAnswer). The key is joined only
+    // through its assignment to the endpoint.
+    const lookupAnswers = (lookups: string): string =>
+      `(SELECT COALESCE(json_agg(json_build_array(l.i, e.id, k.id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8,
+                                         k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${lookupBytesToday(t('usage_daily'))})), '[]')
+          FROM json_array_elements(${lookups}::json) AS j (v)
+          CROSS JOIN LATERAL (SELECT (v->>0)::int AS i, v->>1 AS organization, v->>2 AS project, (v->>3)::bigint AS model_sequence,
+                                     v->>4 AS type, (v->>5)::bigint AS resource_sequence, v->>6 AS prefix) l
+          JOIN ${t('endpoints')} e ON e.organization = l.organization AND e.project = l.project
+               AND e.model_sequence = l.model_sequence AND e.type = l.type AND e.resource_sequence = l.resource_sequence
+          LEFT JOIN (${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id)
+               ON ek.endpoint_id = e.id AND k.prefix = l.prefix)`
     this.t = t
     this.endpointSelect = endpointSelect
     this.sql = {
-      // Many requests' key checks in one round trip (LookupBatch): $1..$6 are
-      // the lookups' columns, each answer row carries its lookup's number `i`
-      // (1-based). The key is joined only through its assignment to the
-      // endpoint. A column the check needs goes in LOOKUP_KEY_COLUMNS.
-      lookup: `SELECT l.i, e.id AS endpoint_id, ${LOOKUP_KEY_COLUMNS}, ${lookupBytesToday(t('usage_daily'))}
-                 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[])
-                      WITH ORDINALITY AS l (organization, project, model_sequence, type, resource_sequence, prefix, i)
-                 JOIN ${t('endpoints')} e ON e.organization = l.organization AND e.project = l.project
-                      AND e.model_sequence = l.model_sequence AND e.type = l.type AND e.resource_sequence = l.resource_sequence
-                 LEFT JOIN (${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id)
-                      ON ek.endpoint_id = e.id AND k.prefix = l.prefix`,
+      // Many requests' key checks in one round trip (LookupBatch), in one
+      // row: first, whether any transaction that the memo's snapshot ($3)
+      // did not see has since changed what a lookup reads (lookup_changes,
+      // written by triggers). If so, or if the memo cannot answer one of the
+      // lookups ($2), every lookup of the batch ($1, JSON text) is read. A
+      // batch the memo answers costs the database one index probe. (One
+      // reading, not a second for the lookups the memo lacks: each branch
+      // costs every execution its setting up, taken or not.)
+      lookup: `WITH c AS (
+                 SELECT pg_current_snapshot() AS snapshot,
+                        $3::text IS NULL OR EXISTS (SELECT 1 FROM ${t('lookup_changes')}
+                          WHERE xid >= pg_snapshot_xmin($3::text::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $3::text::pg_snapshot)) AS changed)
+               SELECT c.changed, CASE WHEN c.changed THEN c.snapshot::text END AS snapshot,
+                      CASE WHEN c.changed OR $2::boolean THEN ${lookupAnswers('$1::text')} END AS answers
+                 FROM c`,
+      // The change log's rows of transactions that a snapshot at least
+      // CHANGE_LOG_PRUNE_MS old saw ($1, null for none yet), and a snapshot for the next time.
+      pruneChangeLog: `WITH gone AS (DELETE FROM ${t('lookup_changes')} WHERE xid < pg_snapshot_xmin($1::pg_snapshot))
+                       SELECT pg_current_snapshot()::text AS snapshot`,
       // Rows are locked in id order, so that two instances flushing at once cannot deadlock.
       lockEndpoints: `SELECT 1 FROM ${t('endpoints')} WHERE id = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE`,
       addCalls: `UPDATE ${t('endpoints')} e SET calls = e.calls + u.n
@@ -651,7 +698,7 @@ export class PgStorage implements Storage {
         await this.query(client, sql)
         await this.query(client, 'INSERT INTO schema_migrations (version) VALUES ($1)', [index + 1])
       }
-    }).catch((err: unknown) => {
+    }).then(() => { this.isMigrated = true }, (err: unknown) => {
       this.migrated = null
       throw err
     })
@@ -690,23 +737,65 @@ export class PgStorage implements Storage {
     }
   }
 
-  async findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
-    if (hasNul(locator.organization, locator.project, locator.type)) return null
-    await this.migrate()
-    // A prefix with NUL is no key's: the endpoint alone, as for an unknown prefix.
-    return this.lookups.lookup({ locator, prefix: prefix !== null && hasNul(prefix) ? null : prefix })
+  findEndpointKey (locator: EndpointLocator, prefix: string | null): Promise<EndpointKeyLookup | null> {
+    if (!isStorableText(locator.organization, locator.project, locator.type)) return Promise.resolve(null)
+    // A prefix no stored text can equal is no key's: the endpoint alone, as for an unknown prefix.
+    const lookup: Lookup = { locator, prefix: prefix !== null && !isStorableText(prefix) ? null : prefix }
+    // Not an async function: on a request's path every promise and turn of the microtask queue counts.
+    if (!this.isMigrated || this.closed) return this.migrate().then(() => this.lookups.lookup(lookup))
+    return this.lookups.lookup(lookup)
   }
 
-  /** One query for a batch of findEndpointKey lookups (LookupBatch), answered in their order. */
+
+  /**
+   * One query for a batch of findEndpointKey lookups (LookupBatch), answered
+   * in their order. Lookups the memo answers are sent too, flagged: the
+   * query reads them only if something changed since the memo's snapshot,
+   * so a disable, delete or regenerate committed anywhere before the query
+   * acts on this batch, in this one round trip. On a key's hot path the
+   * database then reads one index entry, and the driver parses one row.
+   */
   private async lookupBatch (lookups: Lookup[]): Promise<Array<EndpointKeyLookup | null>> {
-    const column = <T>(of: (l: Lookup) => T): T[] => lookups.map(of)
-    const { rows } = await this.query<LookupRow>(this.pool, this.sql.lookup, [
-      column((l) => l.locator.organization), column((l) => l.locator.project), column((l) => l.locator.modelSequence),
-      column((l) => l.locator.type), column((l) => l.locator.resourceSequence), column((l) => l.prefix)
-    ], this.lookupName)
-    const answers: Array<EndpointKeyLookup | null> = lookups.map(() => null)
-    for (const row of rows) answers[Number(row.i) - 1] = toLookup(row)
+    const sentAt = Date.now()
+    const batch = ++this.lookupBatches
+    let generation = this.memoGeneration
+    if (generation !== null && sentAt - generation.sentAt >= MEMO_GENERATION_MS) generation = null
+    const remembered = lookups.map((l) => generation === null ? undefined : this.lookupMemo.get(l.locator, l.prefix))
+    const lookupsJson = JSON.stringify(lookups.map((l, i) => {
+      const { organization, project, modelSequence, type, resourceSequence } = l.locator
+      return [i, organization, project, modelSequence, type, resourceSequence, l.prefix]
+    }))
+    const { rows } = await this.query<LookupBatchRow>(this.pool, this.sql.lookup,
+      [lookupsJson, remembered.includes(undefined), generation?.snapshot ?? null], this.lookupName)
+    this.pruneChangeLog()
+    const { changed, snapshot, answers: read } = rows[0]
+    // Every lookup read (an empty list: none found its endpoint), or none.
+    const answers: Array<EndpointKeyLookup | null> = remembered.map((r) => read === null ? r ?? null : null)
+    if (read !== null) for (const answer of read) answers[answer[0]] = toLookup(answer)
+    if (changed) {
+      // A newer batch's snapshot, if one came back first, stays.
+      const current = this.memoGeneration
+      if (current !== null && current.batch > batch) return answers
+      this.lookupMemo.clear()
+      this.memoGeneration = { snapshot: snapshot as string, sentAt, batch }
+    } else if (this.memoGeneration !== generation) {
+      return answers
+    }
+    if (read === null) return answers
+    // A key's bytes of the day change with every download: such a key is read every time.
+    for (let i = 0; i < lookups.length; i++) {
+      const found = answers[i]
+      if ((changed || remembered[i] === undefined) && found?.key?.limits?.bytesPerDay == null) this.lookupMemo.set(lookups[i].locator, lookups[i].prefix, found)
+    }
     return answers
+  }
+
+  /** Deletes, in the background, change-log rows no memo can need any more. */
+  private pruneChangeLog (): void {
+    if (Date.now() - this.changeLogPruned < CHANGE_LOG_PRUNE_MS) return
+    this.changeLogPruned = Date.now()
+    this.query<{ snapshot: string }>(this.pool, this.sql.pruneChangeLog, [this.changeLogSnapshot])
+      .then(({ rows }) => { this.changeLogSnapshot = rows[0].snapshot }, () => {})
   }
 
   async applyUsage (batch: UsageBatch): Promise<void> {

@@ -1,13 +1,17 @@
+import { isDeepStrictEqual } from 'node:util'
+import fc from 'fast-check'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
+import type { EndpointLocator } from '../../lib/storage/storage.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, type TestApp } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
 import { eventually, limitedKey } from '../limit-fixtures.js'
 
 // PostgreSQL mode's key check: one round trip per request at most, shared by
-// the requests that arrive together (LookupBatch), and revocation still on
-// the very next request, on every instance, under a crowd.
+// the requests that arrive together (LookupBatch), answered from a memo that
+// the same round trip confirms (lookup_changes), and revocation still on the
+// very next request, on every instance, under a crowd.
 
 const url = await pgAvailable(t)
 const P = '/api-keys/acme/shop'
@@ -153,5 +157,164 @@ if (url !== null) {
         t.same(answers(2), ['403 Disabled API key'], 'every request started after the disable is refused')
     t.same(answers(4), ['200'], 'every one after the enable is served')
     t.same(answers(6), ['403 Unknown API key'], 'every one after the regenerate is refused')
+  })
+
+  t.test('a remembered lookup answers what the database says after any change, made by any instance or by hand in SQL', async (t) => {
+    // The memo is confirmed by the change log, which triggers write for every
+    // statement that changes a key, an assignment or an endpoint's place. Each
+    // step below changes the database by hand, as a DBA or another version
+    // might, or asks something that must not count as a change; then a crowd
+    // of lookups on the remembering instance must equal a fresh instance's.
+    const { client, schema } = await freshSchema(t, url)
+    const pool = new pg.Pool({ connectionString: url, max: 4 })
+    t.teardown(() => pool.end())
+    const remembering = new PgStorage({ pool, schema })
+    await remembering.migrate()
+    const PREFIXES = ['AAAAAAAAAA', 'BBBBBBBBBB', 'CCCCCCCCCC', 'DDDDDDDDDD']
+    const KEYS = ['k0', 'k1', 'k2']
+    const ENDPOINTS = ['e1', 'e2', 'e3']
+    const locatorOf = (r: number, organization = 'acme'): EndpointLocator =>
+      ({ organization, project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: r })
+    const reset = async (): Promise<void> => {
+      await client.query('TRUNCATE endpoint_keys, endpoints, api_keys CASCADE')
+      for (const [i, id] of KEYS.entries()) {
+        await client.query(`INSERT INTO api_keys (id, organization, project, prefix, hash, purpose, is_active, created_at)
+          VALUES ($1, 'acme', 'shop', $2, 'hash-' || $1, 'p', true, now())`, [id, PREFIXES[i]])
+      }
+      for (const [i, id] of ENDPOINTS.entries()) {
+        await client.query(`INSERT INTO endpoints (id, organization, project, model_sequence, type, resource_sequence, calls, created_at)
+          VALUES ($1, 'acme', 'shop', 1, 'dataset', $2, 0, now())`, [id, i + 1])
+      }
+      await client.query("INSERT INTO endpoint_keys (endpoint_id, key_id) VALUES ('e1', 'k0'), ('e1', 'k1'), ('e2', 'k0')")
+    }
+    const key = fc.constantFrom(...KEYS)
+    const endpoint = fc.constantFrom(...ENDPOINTS)
+    type Step = [string, unknown[]]
+    const step: fc.Arbitrary<Step> = fc.oneof(
+      fc.tuple(key, fc.boolean()).map(([k, on]): Step => ['UPDATE api_keys SET is_active = $2 WHERE id = $1', [k, on]]),
+      fc.tuple(key, fc.nat(9)).map(([k, n]): Step => ['UPDATE api_keys SET hash = $2 WHERE id = $1', [k, `hash-${n}`]]),
+      fc.tuple(key, fc.constantFrom(...PREFIXES)).map(([k, p]): Step =>
+        ['UPDATE api_keys SET prefix = $2 WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM api_keys WHERE prefix = $2)', [k, p]]),
+      fc.tuple(key, fc.option(fc.integer({ min: 1, max: 1000 }))).map(([k, n]): Step => ['UPDATE api_keys SET requests_per_minute = $2 WHERE id = $1', [k, n]]),
+      fc.tuple(key, fc.option(fc.integer({ min: 1, max: 1000 }))).map(([k, n]): Step => ['UPDATE api_keys SET concurrent_downloads = $2 WHERE id = $1', [k, n]]),
+      fc.tuple(key, fc.option(fc.integer({ min: 1, max: 1000 }))).map(([k, n]): Step => ['UPDATE api_keys SET bytes_per_day = $2 WHERE id = $1', [k, n]]),
+      fc.tuple(key, fc.option(fc.integer({ min: 0, max: 4_000_000_000_000 }))).map(([k, ms]): Step =>
+        ['UPDATE api_keys SET expires_at = to_timestamp($2::float8 / 1000) WHERE id = $1', [k, ms]]),
+      fc.tuple(key, endpoint).map(([k, e]): Step => ['INSERT INTO endpoint_keys (endpoint_id, key_id) SELECT $2, $1 WHERE EXISTS (SELECT 1 FROM api_keys WHERE id = $1) AND EXISTS (SELECT 1 FROM endpoints WHERE id = $2) ON CONFLICT DO NOTHING', [k, e]]),
+      fc.tuple(key, endpoint).map(([k, e]): Step => ['DELETE FROM endpoint_keys WHERE key_id = $1 AND endpoint_id = $2', [k, e]]),
+      key.map((k): Step => ['DELETE FROM api_keys WHERE id = $1', [k]]),
+      fc.tuple(key, fc.constantFrom(...PREFIXES)).map(([k, p]): Step => [`INSERT INTO api_keys (id, organization, project, prefix, hash, purpose, is_active, created_at)
+        VALUES ($1, 'acme', 'shop', $2, 'hash-new', 'p', true, now()) ON CONFLICT DO NOTHING`, [k, p]]),
+      endpoint.map((e): Step => ['DELETE FROM endpoints WHERE id = $1', [e]]),
+      fc.tuple(endpoint, fc.integer({ min: 1, max: 4 })).map(([e, r]): Step => [`INSERT INTO endpoints (id, organization, project, model_sequence, type, resource_sequence, calls, created_at)
+        VALUES ($1, 'acme', 'shop', 1, 'dataset', $2, 0, now()) ON CONFLICT DO NOTHING`, [e, r]]),
+      fc.tuple(endpoint, fc.integer({ min: 1, max: 4 })).map(([e, r]): Step => ['UPDATE endpoints SET resource_sequence = $2 WHERE id = $1', [e, r]]),
+      // What is not a change to a lookup: a key used, an endpoint's calls counted.
+      key.map((k): Step => ['UPDATE api_keys SET updated_at = now() WHERE id = $1', [k]]),
+      endpoint.map((e): Step => ['UPDATE endpoints SET calls = calls + 1 WHERE id = $1', [e]])
+    )
+    // Every prefix (and none) on every place an endpoint can be, and one
+    // elsewhere: asked together, as a crowd's requests are.
+    const LOOKUPS: Array<[EndpointLocator, string | null]> = [1, 2, 3, 4].flatMap((r) => [...PREFIXES, null].map((p): [EndpointLocator, string | null] => [locatorOf(r), p]))
+    LOOKUPS.push([locatorOf(1, 'other'), PREFIXES[0]])
+    const ask = async (storage: PgStorage): Promise<unknown[]> => await Promise.all(LOOKUPS.map(async ([l, p]) => await storage.findEndpointKey(l, p)))
+    let runs = 0
+    await fc.assert(fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 12 }), async (steps) => {
+      await reset()
+      runs++
+      // Asked before each change too, so that the memo holds the answers the change makes stale.
+      await ask(remembering)
+      for (const [sql, params] of steps) {
+        // (A statement that fails, say on a unique prefix, changes nothing.)
+        await client.query(sql, params).catch(() => {})
+        const answers = await ask(remembering)
+        // A new instance remembers nothing: the database's answers.
+        const expected = await ask(new PgStorage({ pool, schema }))
+        for (const [i, [l, p]] of LOOKUPS.entries()) {
+          if (!isDeepStrictEqual(answers[i], expected[i])) {
+            throw new Error(`after ${sql} ${JSON.stringify(params)}: ${JSON.stringify([l.organization, l.resourceSequence, p])} answered ${JSON.stringify(answers[i])}, the database ${JSON.stringify(expected[i])}`)
+          }
+        }
+      }
+    }), { numRuns: 40 })
+    t.equal(runs, 40, '40 runs of up to 12 changes, each between two crowds of lookups: every answer the database\'s')
+  })
+
+  t.test('a remembered lookup costs the database no read of the key; a change costs the next batch a read of every lookup in it', async (t) => {
+    const { client, schema } = await freshSchema(t, url)
+    const c = await countedApp(t, schema)
+    const k = await createKey(c.app, 'client')
+    await assignKeys(c.app, 'dataset', [k.id])
+    t.same(await get(c.app, k.key), [200])
+    // The statement's rows as the driver sees them: `answers` null when the memo answered.
+    const seen: unknown[] = []
+    const query = c.storage.pool.query.bind(c.storage.pool) as (config: pg.QueryConfig) => Promise<pg.QueryResult>
+    Object.assign(c.storage.pool, {
+      query: async (config: pg.QueryConfig) => {
+        const result = await query(config)
+        if (config.name?.startsWith('fde_lookups_') === true) seen.push(result.rows[0].answers)
+        return result
+      }
+    })
+    t.same(await get(c.app, k.key), [200])
+    t.same(seen, [null], 'asked again: answered from the memo, confirmed in the same round trip')
+    await client.query('UPDATE api_keys SET is_active = false WHERE id = $1', [k.id])
+    t.same(await get(c.app, k.key), [403, 'Disabled API key'], 'a disable by hand in SQL: refused on the next request')
+    t.equal((seen[1] as unknown[]).length, 1, 'that request\'s batch read its lookup')
+    t.same(await get(c.app, k.key), [403, 'Disabled API key'])
+    t.same(seen[2], null, 'and the one after is remembered again')
+    const logged = await client.query('SELECT count(*)::int AS n FROM lookup_changes')
+    t.ok(logged.rows[0].n >= 1, 'the change is in the log')
+  })
+
+  t.test('lookups no stored text can equal (a NUL, a lone surrogate) find nothing, and do not fail the others of their batch', async (t) => {
+    const { schema } = await freshSchema(t, url)
+    const c = await countedApp(t, schema)
+    const k = await createKey(c.app, 'client')
+    await assignKeys(c.app, 'dataset', [k.id])
+    const locator: EndpointLocator = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 }
+    const prefix = k.key.slice(0, 10)
+    const answers = await Promise.all([
+      c.storage.findEndpointKey(locator, prefix),
+      c.storage.findEndpointKey({ ...locator, organization: 'acme\ud800' }, prefix),
+      c.storage.findEndpointKey({ ...locator, project: 'shop\u0000' }, prefix),
+      c.storage.findEndpointKey(locator, 'AAAA\udc00AAAAA'),
+      c.storage.findEndpointKey(locator, prefix)
+    ])
+    t.equal(answers[0]?.key?.id, k.id)
+    t.same(answers.slice(1, 3), [null, null], 'no such endpoint')
+    t.equal(answers[3]?.key, null, 'the endpoint, and no key of that prefix')
+    t.equal(answers[4]?.key?.id, k.id)
+  })
+
+  t.test('the change log is pruned of what no memo can need: the transactions a snapshot at least ten minutes old saw', async (t) => {
+    const { client, schema } = await freshSchema(t, url)
+    const pool = new pg.Pool({ connectionString: url, max: 2 })
+    t.teardown(() => pool.end())
+    const storage = new PgStorage({ pool, schema })
+    await storage.migrate()
+    const locator: EndpointLocator = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 }
+    const internals = storage as unknown as { changeLogPruned: number, changeLogSnapshot: string | null }
+    const prune = async (): Promise<void> => {
+      internals.changeLogPruned = 0 // as if ten minutes had gone by
+      const before = internals.changeLogSnapshot
+      await storage.findEndpointKey(locator, null)
+      if (!await eventually(async () => internals.changeLogSnapshot !== before)) throw new Error('no pruning')
+    }
+    const xids = async (): Promise<string[]> => (await client.query('SELECT xid::text FROM lookup_changes ORDER BY xid')).rows.map((r) => r.xid)
+    await client.query("INSERT INTO endpoints (id, organization, project, model_sequence, type, resource_sequence, calls, created_at) VALUES ('e1', 'acme', 'shop', 1, 'dataset', 1, 0, now())")
+    const [inserted] = await xids()
+    await prune()
+    t.same(await xids(), [inserted], 'the first pruning has no older snapshot: it deletes nothing, and takes one')
+    await client.query("UPDATE endpoints SET resource_sequence = 2 WHERE id = 'e1'")
+    const moved = (await xids()).find((x) => x !== inserted)
+    await prune()
+    t.ok((await xids()).includes(moved as string), 'a change after the snapshot it prunes by stays')
+    t.equal(await storage.findEndpointKey(locator, null), null, 'and the lookups see the change')
+    // Other sessions' open transactions hold a snapshot's horizon back: in time, every row goes.
+    t.ok(await eventually(async () => {
+      await prune()
+      return (await xids()).length === 0
+    }), 'then each is pruned')
   })
 }
