@@ -128,8 +128,9 @@ export interface DataEndpointsOptions {
   compression?: boolean
   /**
    * bytes of small rendered downloads (those within one chunk) kept in memory
-   * under their ETag, so a repeated download of a dataset with a `revision`
-   * skips reading and rendering; default 16 MiB, 0 turns it off
+   * under their ETag from their second rendering on, so a repeated download
+   * of a dataset with a `revision` skips reading and rendering; default
+   * 16 MiB, 0 turns it off
    */
   renderedBodyCacheBytes?: number
   /**

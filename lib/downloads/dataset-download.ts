@@ -252,7 +252,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     }
   } else {
     sent?.(byteLength(body))
-    if (etag !== undefined) context.renderedBodies?.set(etag, { body, contentType: download.contentType, fileName: download.fileName })
+    if (etag !== undefined) context.renderedBodies?.rendered(etag, { body, contentType: download.contentType, fileName: download.fileName })
   }
   return sendBody(reply, download.contentType, download.fileName, body)
 }

@@ -122,25 +122,42 @@ t.test('the key is checked before the ETag: a wrong key with a matching If-None-
   t.equal(res.headers.etag, undefined)
 })
 
-t.test('a small body is kept under its ETag: a repeat reads no rows; off with renderedBodyCacheBytes: 0', async (t) => {
+t.test('a small body is kept under its ETag the second time it is rendered: a repeat after that reads no rows; off with renderedBodyCacheBytes: 0', async (t) => {
   const cached = await setup(t)
   const first = await cached.get('format=json')
-  const pulled = cached.datasets.pulled()
-  t.ok(pulled > 0, 'the first download read rows')
+  const once = cached.datasets.pulled()
+  t.ok(once > 0, 'the first download read rows')
+  const second = await cached.get('format=json')
+  t.equal(cached.datasets.pulled(), 2 * once, 'the second read them again, and is kept')
   const again = await cached.get('format=json')
-  t.equal(again.body, first.body, 'the same body')
-  t.equal(again.headers['content-type'], first.headers['content-type'])
-  t.equal(again.headers['content-disposition'], first.headers['content-disposition'])
-  t.equal(cached.datasets.pulled(), pulled, 'from memory: no rows read')
+  for (const res of [second, again]) {
+    t.equal(res.body, first.body, 'the same body')
+    t.equal(res.headers['content-type'], first.headers['content-type'])
+    t.equal(res.headers['content-disposition'], first.headers['content-disposition'])
+  }
+  t.equal(cached.datasets.pulled(), 2 * once, 'the third from memory: no rows read')
   cached.datasets.revision = 'r2'
   await cached.get('format=json')
-  t.ok(cached.datasets.pulled() > pulled, 'a new revision is read again')
+  t.ok(cached.datasets.pulled() > 2 * once, 'a new revision is read again')
 
   const uncached = await setup(t, { renderedBodyCacheBytes: 0 })
-  await uncached.get('format=json')
-  const once = uncached.datasets.pulled()
-  await uncached.get('format=json')
-  t.equal(uncached.datasets.pulled(), 2 * once, 'without the cache every download reads')
+  for (let i = 0; i < 3; i++) await uncached.get('format=json')
+  t.equal(uncached.datasets.pulled(), 3 * once, 'without the cache every download reads')
+})
+
+t.test('downloads asked for once do not push out one asked for again and again', async (t) => {
+  // Room for about one body: one-offs kept would push out the polled one.
+  const { get, datasets } = await setup(t, { renderedBodyCacheBytes: 200 })
+  const polled = await get('format=json&entity=orders')
+  t.ok(polled.body.length > 100 && polled.body.length < 200, `the polled body fills most of the cache (${polled.body.length} bytes)`)
+  await get('format=json&entity=orders')
+  const kept = datasets.pulled()
+  t.equal((await get('format=json&entity=orders')).body, polled.body)
+  t.equal(datasets.pulled(), kept, 'the polled body is kept')
+  for (let limit = 1; limit <= 20; limit++) t.equal((await get(`format=json&entity=orders&limit=${limit}`)).statusCode, 200)
+  const afterOneOffs = datasets.pulled()
+  t.equal((await get('format=json&entity=orders')).body, polled.body)
+  t.equal(datasets.pulled(), afterOneOffs, 'still kept after 20 downloads asked for once')
 })
 
 async function keyRecord (app: Awaited<ReturnType<typeof buildApp>>['app'], id: string): Promise<{ updatedAt: string }> {
