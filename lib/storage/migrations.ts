@@ -129,13 +129,15 @@ CREATE INDEX usage_daily_key ON usage_daily (key_id, endpoint_id, start) INCLUDE
   {
     why: 'PostgreSQL mode\'s key check from a memo (issue 25): every statement that changes what a key lookup reads ' +
       '(a key\'s row, an assignment, an endpoint\'s place) notes its transaction, so that a lookup can ask, in its one ' +
-      'round trip, whether anything committed since the memo was read. SQLite needs none: its memo reads its own counters',
+      'round trip, whether anything committed since the memo was read. The note is written as the schema\'s owner ' +
+      '(SECURITY DEFINER, its search_path fixed), so that a role allowed to change a key need not be allowed more. ' +
+      'SQLite needs none: its memo reads its own counters',
     steps: [{
       sql: {
         sqlite: '-- nothing: SQLite\'s lookup memo is stamped by total_changes() and PRAGMA data_version',
         pg: `CREATE TABLE lookup_changes (xid xid8 NOT NULL);
 CREATE INDEX lookup_changes_xid ON lookup_changes (xid);
-CREATE FUNCTION note_lookup_change() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+CREATE FUNCTION note_lookup_change() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
   INSERT INTO lookup_changes (xid) VALUES (pg_current_xact_id());
   RETURN NULL;

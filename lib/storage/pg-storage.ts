@@ -209,7 +209,7 @@ interface Lookup { locator: EndpointLocator, prefix: string | null }
 // request). The limits ride on the lookup (DESIGN.md §4.3); a key with a
 // bytesPerDay limit reads its bytes of the UTC day too, a key without one
 // nothing more.
-type LookupAnswer = [i: number, endpointId: string, keyId: string | null, hash: string | null, isActive: boolean | null, expiresMs: number | null,
+type LookupAnswer = [i: number, endpointId: string, keyId: string | null, hash: string | null, isActive: boolean | null, expiresMs: number | string | null,
   requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null, bytesToday: number | null]
 /** The key's bytes of the UTC day, in the schema's usage_daily (a column of the lookup). */
 const lookupBytesToday = (usageDaily: string): string =>
@@ -242,7 +242,9 @@ function toLookup ([, endpointId, keyId, hash, isActive, expiresAt, requestsPerM
   const limits = requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
     ? null
     : { requestsPerMinute, concurrentDownloads, bytesPerDay }
-  return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive as boolean, expiresAt, limits, bytesToday: bytesToday ?? 0 } }
+  // JSON has no infinity: PostgreSQL writes an expiry of 'infinity' as the text "Infinity".
+  const expires = typeof expiresAt === 'string' ? Number(expiresAt) : expiresAt
+  return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive as boolean, expiresAt: expires, limits, bytesToday: bytesToday ?? 0 } }
 }
 
 interface KeyRow {
@@ -745,7 +747,6 @@ export class PgStorage implements Storage {
     if (!this.isMigrated || this.closed) return this.migrate().then(() => this.lookups.lookup(lookup))
     return this.lookups.lookup(lookup)
   }
-
 
   /**
    * One query for a batch of findEndpointKey lookups (LookupBatch), answered
