@@ -768,7 +768,8 @@ export class PgStorage implements Storage {
     }))
     const { rows } = await this.query<LookupBatchRow>(this.pool, this.sql.lookup,
       [lookupsJson, remembered.includes(undefined), generation?.snapshot ?? null], this.lookupName)
-    this.pruneChangeLog()
+    // In the background: no request waits for it.
+    void this.pruneChangeLog()
     const { changed, snapshot, answers: read } = rows[0]
     // Every lookup read (an empty list: none found its endpoint), or none.
     const answers: Array<EndpointKeyLookup | null> = remembered.map((r) => read === null ? r ?? null : null)
@@ -791,11 +792,11 @@ export class PgStorage implements Storage {
     return answers
   }
 
-  /** Deletes, in the background, change-log rows no memo can need any more. */
-  private pruneChangeLog (): void {
+  /** Deletes change-log rows no memo can need any more, at most every CHANGE_LOG_PRUNE_MS; never rejects. */
+  private async pruneChangeLog (): Promise<void> {
     if (Date.now() - this.changeLogPruned < CHANGE_LOG_PRUNE_MS) return
     this.changeLogPruned = Date.now()
-    this.query<{ snapshot: string }>(this.pool, this.sql.pruneChangeLog, [this.changeLogSnapshot])
+    await this.query<{ snapshot: string }>(this.pool, this.sql.pruneChangeLog, [this.changeLogSnapshot])
       .then(({ rows }) => { this.changeLogSnapshot = rows[0].snapshot }, () => {})
   }
 
