@@ -274,7 +274,7 @@ if (url !== null) {
     const storage = new PgStorage({ connectionString: url, schema })
     t.teardown(() => storage.close())
     await storage.migrate()
-    const role = `fde_editor_${process.pid}`
+    const role = `fde_editor_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
     try {
       await client.query(`CREATE ROLE ${role} NOLOGIN`)
     } catch (err) {
