@@ -441,6 +441,7 @@ export class PgStorage implements Storage {
   private changeLogSnapshot: string | null = null
   private lastPurge = 0
   private closed = false
+  private readonly ignoreIdleError = (): void => {}
 
   constructor (options: PgStorageOptions = {}) {
     const d = PG_STORAGE_DEFAULTS
@@ -465,8 +466,8 @@ export class PgStorage implements Storage {
     }
     // A connection that breaks while idle is dropped by the pool, which opens
     // a new one for the next query; without a listener the error would crash
-    // the process.
-    this.pool.on('error', () => {})
+    // the process. (Taken off again by close(), for a pool that stays the caller's.)
+    this.pool.on('error', this.ignoreIdleError)
 
     const t = (table: string): string => `"${this.schema}".${table}`
     const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at, ' +
@@ -1363,6 +1364,7 @@ export class PgStorage implements Storage {
   async close (): Promise<void> {
     if (this.closed) return
     this.closed = true
+    this.pool.removeListener('error', this.ignoreIdleError)
     if (this.ownPool) await this.pool.end()
   }
 }

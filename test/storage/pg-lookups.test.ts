@@ -229,7 +229,9 @@ if (url !== null) {
         await client.query(sql, params).catch(() => {})
         const answers = await ask(remembering)
         // A new instance remembers nothing: the database's answers.
-        const expected = await ask(new PgStorage({ pool, schema }))
+        const reference = new PgStorage({ pool, schema })
+        const expected = await ask(reference)
+        await reference.close()
         for (const [i, [l, p]] of LOOKUPS.entries()) {
           const expires = (answers[i] as { key?: { expiresAt?: unknown } } | null)?.key?.expiresAt
           if (expires !== undefined && expires !== null && typeof expires !== 'number') throw new Error(`an expiry read as ${typeof expires}`)
@@ -295,6 +297,16 @@ if (url !== null) {
     await t.rejects(client.query('INSERT INTO lookup_changes (xid) VALUES (pg_current_xact_id())'), { code: '42501' }, 'the role itself cannot write the log')
     await client.query('RESET ROLE')
     t.equal((await client.query('SELECT count(*)::int AS n FROM lookup_changes')).rows[0].n, 2, 'the insert and the disable are noted')
+  })
+
+  t.test('an instance on the caller\'s pool takes its error listener off the pool when it closes', async (t) => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 })
+    t.teardown(() => pool.end())
+    const before = pool.listenerCount('error')
+    const storages = Array.from({ length: 12 }, () => new PgStorage({ pool, schema: 'unused' }))
+    t.equal(pool.listenerCount('error'), before + 12)
+    for (const storage of storages) await storage.close()
+    t.equal(pool.listenerCount('error'), before, 'none left behind')
   })
 
   t.test('lookups no stored text can equal (a NUL, a lone surrogate) find nothing, and do not fail the others of their batch', async (t) => {
