@@ -52,9 +52,4 @@ export class LookupMemo {
     this.#byPrefix.clear()
     this.#size = 0
   }
-
-  /** answers remembered (for tests) */
-  get size (): number {
-    return this.#size
-  }
 }
