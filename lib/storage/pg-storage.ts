@@ -9,7 +9,7 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageColumns, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
-  NO_LIMITS, type DownloadSlot, type KeyLimits,
+  NO_LIMITS, limitsOrNull, type DownloadSlot, type KeyLimits,
   type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { decodeCursor, encodeCursor, foldSearch } from './list-cursor.js'
@@ -228,20 +228,12 @@ interface LookupBatchRow {
 
 /** A key's limits from its three columns (bigint text): null when it has none. */
 function limitsOf (row: { requests_per_minute: string | null, concurrent_downloads: string | null, bytes_per_day: string | null }): KeyLimits | null {
-  return row.requests_per_minute === null && row.concurrent_downloads === null && row.bytes_per_day === null
-    ? null
-    : {
-        requestsPerMinute: integerOrNull(row.requests_per_minute),
-        concurrentDownloads: integerOrNull(row.concurrent_downloads),
-        bytesPerDay: integerOrNull(row.bytes_per_day)
-      }
+  return limitsOrNull(integerOrNull(row.requests_per_minute), integerOrNull(row.concurrent_downloads), integerOrNull(row.bytes_per_day))
 }
 
 function toLookup ([, endpointId, keyId, hash, isActive, expiresAt, requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday]: LookupAnswer): EndpointKeyLookup {
   if (keyId === null) return { endpointId, key: null }
-  const limits = requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
-    ? null
-    : { requestsPerMinute, concurrentDownloads, bytesPerDay }
+  const limits = limitsOrNull(requestsPerMinute, concurrentDownloads, bytesPerDay)
   // JSON has no infinity: PostgreSQL writes an expiry of 'infinity' as the text "Infinity".
   const expires = typeof expiresAt === 'string' ? Number(expiresAt) : expiresAt
   return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive as boolean, expiresAt: expires, limits, bytesToday: bytesToday ?? 0 } }

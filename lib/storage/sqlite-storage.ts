@@ -8,7 +8,7 @@ import {
   type ResourceType, type Storage, type UsageBatch, type UsageCount, type UsageOutcome, type UsageQuery, type UsageRow,
   type AuditAction, type AuditChange, type AuditContext, type AuditEntry, type AuditQuery, type IdempotencyScope, type BeforeCommit,
   MAX_ENDPOINT_KEYS, type EndpointKeyResult, type EndpointListQuery, type ListPage, type ListQuery,
-  NO_LIMITS, type DownloadSlot, type KeyLimits,
+  NO_LIMITS, limitsOrNull, type DownloadSlot,
   type LinkListQuery, type LinkRecord, type LinkSecret, type LinkUse, type NewLink
 } from './storage.js'
 import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
@@ -426,13 +426,6 @@ const BYTES_TODAY = `CASE WHEN k.bytes_per_day IS NOT NULL THEN
   (SELECT COALESCE(SUM(bytes), 0) FROM usage_daily u
     WHERE u.key_id = k.id AND u.start = (CAST(strftime('%s', 'now') AS INTEGER) / 86400) * 86400000) END`
 
-/** A key's limits from its three columns: null when it has none. */
-function limitsOf (requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null): KeyLimits | null {
-  return requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
-    ? null
-    : { requestsPerMinute, concurrentDownloads, bytesPerDay }
-}
-
 // linkUse's row as an array (raw): better-sqlite3 hands these back faster than objects.
 type LinkUseTuple = [revokedAt: number | null, keyPrefix: string, keyId: string, prefix: string, isActive: number, expiresAt: number | null,
   endpointId: string | null, organization: string | null, project: string | null, modelSequence: number | null, type: ResourceType | null,
@@ -711,7 +704,7 @@ export class SqliteStorage implements Storage {
     if (row === undefined) return null
     const [endpointId, keyId, hash, isActive, expiresAt, requestsPerMinute, concurrentDownloads, bytesPerDay, bytesToday] = row
     if (keyId === null) return { endpointId, key: null }
-    const limits = limitsOf(requestsPerMinute, concurrentDownloads, bytesPerDay)
+    const limits = limitsOrNull(requestsPerMinute, concurrentDownloads, bytesPerDay)
     return { endpointId, key: { id: keyId, hash: hash as string, isActive: isActive === 1, expiresAt, limits, bytesToday: bytesToday ?? 0 } }
   }
 
@@ -1122,7 +1115,7 @@ export class SqliteStorage implements Storage {
     return {
       revokedAt: revokedAt === null ? null : new Date(revokedAt),
       keyPrefix,
-      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt, limits: limitsOf(requestsPerMinute, concurrentDownloads, bytesPerDay), bytesToday: bytesToday ?? 0 },
+      key: { id: keyId, prefix, isActive: isActive === 1, expiresAt, limits: limitsOrNull(requestsPerMinute, concurrentDownloads, bytesPerDay), bytesToday: bytesToday ?? 0 },
       assigned: assigned === 1,
       endpoint: endpointId === null
         ? null

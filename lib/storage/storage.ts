@@ -37,6 +37,13 @@ export function hasLimits (limits: KeyLimits): boolean {
   return limits.requestsPerMinute !== null || limits.concurrentDownloads !== null || limits.bytesPerDay !== null
 }
 
+/** A key's limits from its three stored values, as a lookup answers them: null when it has none. */
+export function limitsOrNull (requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null): KeyLimits | null {
+  return requestsPerMinute === null && concurrentDownloads === null && bytesPerDay === null
+    ? null
+    : { requestsPerMinute, concurrentDownloads, bytesPerDay }
+}
+
 /** A key as the management API shows it. The hash never leaves storage. */
 export interface ApiKeyRecord {
   id: string
