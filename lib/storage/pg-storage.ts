@@ -369,7 +369,7 @@ function hasNul (...values: string[]): boolean {
  */
 function isStorableText (...values: string[]): boolean {
   // isWellFormed: Node 20 has it; TypeScript's ES2023 library does not name it.
-  return values.every((v) => !v.includes('\u0000') && (v as string & { isWellFormed: () => boolean }).isWellFormed())
+  return !hasNul(...values) && values.every((v) => (v as string & { isWellFormed: () => boolean }).isWellFormed())
 }
 
 function isPrefixTaken (err: unknown): boolean {
