@@ -54,6 +54,16 @@ const get = async (app: TestApp['app'], key: string): Promise<[number, string?]>
   return res.statusCode === 200 ? [200] : [res.statusCode, res.json().message]
 }
 
+/** A migrated PgStorage on a pool of its own, in a fresh schema, with that schema's client. */
+async function migratedStorage (t: Test, max: number): Promise<{ client: pg.Client, schema: string, pool: pg.Pool, storage: PgStorage }> {
+  const { client, schema } = await freshSchema(t, url as string)
+  const pool = new pg.Pool({ connectionString: url as string, max })
+  t.teardown(() => pool.end())
+  const storage = new PgStorage({ pool, schema })
+  await storage.migrate()
+  return { client, schema, pool, storage }
+}
+
 if (url !== null) {
   t.test('one round trip per data request, a named statement; concurrent requests share it', async (t) => {
     const { schema } = await freshSchema(t, url)
@@ -165,11 +175,7 @@ if (url !== null) {
     // step below changes the database by hand, as a DBA or another version
     // might, or asks something that must not count as a change; then a crowd
     // of lookups on the remembering instance must equal a fresh instance's.
-    const { client, schema } = await freshSchema(t, url)
-    const pool = new pg.Pool({ connectionString: url, max: 4 })
-    t.teardown(() => pool.end())
-    const remembering = new PgStorage({ pool, schema })
-    await remembering.migrate()
+    const { client, schema, pool, storage: remembering } = await migratedStorage(t, 4)
     const PREFIXES = ['AAAAAAAAAA', 'BBBBBBBBBB', 'CCCCCCCCCC', 'DDDDDDDDDD']
     const KEYS = ['k0', 'k1', 'k2']
     const ENDPOINTS = ['e1', 'e2', 'e3']
@@ -330,11 +336,7 @@ if (url !== null) {
   })
 
   t.test('the change log is pruned of what no memo can need: the transactions a snapshot at least ten minutes old saw', async (t) => {
-    const { client, schema } = await freshSchema(t, url)
-    const pool = new pg.Pool({ connectionString: url, max: 2 })
-    t.teardown(() => pool.end())
-    const storage = new PgStorage({ pool, schema })
-    await storage.migrate()
+    const { client, storage } = await migratedStorage(t, 2)
     const locator: EndpointLocator = { organization: 'acme', project: 'shop', modelSequence: 1, type: 'dataset', resourceSequence: 1 }
     // What a lookup does in the background once ten minutes have gone by, done here and waited for.
     const internals = storage as unknown as { changeLogPruned: number, pruneChangeLog: () => Promise<void> }
