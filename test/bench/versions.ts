@@ -49,8 +49,11 @@ function sourceOf (version: string, name: string): string {
 
 interface Served { child: ChildProcess, url: string, key: string }
 
-async function serve (entry: string, route: string): Promise<Served> {
-  const child = spawn(process.execPath, [entry], { env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit'] })
+async function serve (entry: string, route: string, name: string): Promise<Served> {
+  // With DATABASE_URL, each version on PostgreSQL in a schema of its own
+  // (DATABASE_SCHEMA_a, _b): each server assigns its own key to the same endpoint.
+  const schema = process.env.DATABASE_SCHEMA === undefined ? {} : { DATABASE_SCHEMA: `${process.env.DATABASE_SCHEMA}_${name}` }
+  const child = spawn(process.execPath, [entry], { env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off', ...schema }, stdio: ['ignore', 'pipe', 'inherit'] })
   children.push(child)
   const { key, urls } = await benchServerStarted(child)
   const url = (urls as Record<string, string | undefined>)[route]
@@ -70,8 +73,8 @@ function compiled (version: string, name: string): string {
   return compileForBench(join(source, 'test/bench/example-bench-server.ts'), join(work, name), source)
 }
 
-const a = await serve(compiled(versionA, 'a'), routeA)
-const b = await serve(compiled(versionB, 'b'), routeB)
+const a = await serve(compiled(versionA, 'a'), routeA, 'a')
+const b = await serve(compiled(versionB, 'b'), routeB, 'b')
 const load = async (s: Served, duration: number): Promise<{ rate: number, cpu: number }> => {
   const before = cpuOf(s.child)
   const result = await autocannon({ url: s.url, headers: { authorization: `Bearer ${s.key}` }, connections: CONNECTIONS, duration })
