@@ -20,6 +20,7 @@ import { migrationsFor } from './migrations.js'
 import { LINK_SECRETS_TABLE, LINKS_TABLE } from './link-tables.js'
 import { fromRow, insertSql, toColumns } from './table-list.js'
 import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
+import { HeldConnection } from './held-connection.js'
 import { LookupBatch } from './lookup-batch.js'
 import { LookupMemo } from './lookup-memo.js'
 import { mergeSeriesColumns } from './usage-series.js'
@@ -38,11 +39,13 @@ export interface PgStorageOptions {
    * A pool to use. It stays the caller's: `close()` does not end it, and its
    * own settings (statement_timeout, connectionTimeoutMillis) apply.
    * Without it PgStorage makes a pool from the options below and ends it in `close()`.
+   * With `max` 4 or more, one connection is kept for key checks while they
+   * come (given back after a second unused, and by `close()`).
    */
   pool?: pg.Pool
   /** where PostgreSQL is, e.g. postgres://user:password@host:5432/database; default: the PG* environment */
   connectionString?: string
-  /** connections in the pool PgStorage makes; default 10 */
+  /** connections in the pool PgStorage makes (from 4, one kept for key checks while they come); default 10 */
   poolSize?: number
   /**
    * schema that holds the tables (and their schema_migrations), created if
@@ -183,6 +186,8 @@ const PURGE_INTERVAL_MS = 60_000
 // types them; PostgreSQL folds those to lower case). pg_ is reserved by PostgreSQL.
 const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/
 
+/** The smallest pool that gives lookups a connection of their own (HeldConnection). */
+const HELD_LOOKUP_POOL = 4
 /** Most findEndpointKey lookups answered by one query. */
 const LOOKUP_BATCH = 64
 /**
@@ -428,6 +433,8 @@ export class PgStorage implements Storage {
   private readonly lookupMemo = new LookupMemo()
   private memoGeneration: MemoGeneration | null = null
   private lookupBatches = 0
+  /** the connection lookup batches go on, one at a time (one of the pool's); null with a pool of fewer than HELD_LOOKUP_POOL */
+  private readonly lookupConnection: HeldConnection | null
   /** the change log's last pruning, and the snapshot it took for the next one */
   private changeLogPruned = Date.now()
   private changeLogSnapshot: string | null = null
@@ -460,6 +467,9 @@ export class PgStorage implements Storage {
     // a new one for the next query; without a listener the error would crash
     // the process. (Taken off again by close(), for a pool that stays the caller's.)
     this.pool.on('error', this.ignoreIdleError)
+    // A small pool keeps every connection for the other queries: a transaction may need a second one.
+    const poolMax = (this.pool as { options?: { max?: number } }).options?.max ?? 10
+    this.lookupConnection = poolMax >= HELD_LOOKUP_POOL ? new HeldConnection(this.pool, unavailable) : null
 
     const t = (table: string): string => `"${this.schema}".${table}`
     const keyColumns = 'id, organization, project, prefix, purpose, is_active, created_at, updated_at, expires_at, ' +
@@ -759,8 +769,7 @@ export class PgStorage implements Storage {
       const { organization, project, modelSequence, type, resourceSequence } = l.locator
       return [i, organization, project, modelSequence, type, resourceSequence, l.prefix]
     }))
-    const { rows } = await this.query<LookupBatchRow>(this.pool, this.sql.lookup,
-      [lookupsJson, remembered.includes(undefined), generation?.snapshot ?? null], this.lookupName)
+    const { rows } = await this.lookupQuery([lookupsJson, remembered.includes(undefined), generation?.snapshot ?? null])
     // In the background: no request waits for it.
     void this.pruneChangeLog()
     const { changed, snapshot, answers: read } = rows[0]
@@ -783,6 +792,16 @@ export class PgStorage implements Storage {
       if ((changed || remembered[i] === undefined) && found?.key?.limits?.bytesPerDay == null) this.lookupMemo.set(lookups[i].locator, lookups[i].prefix, found)
     }
     return answers
+  }
+
+  /**
+   * The lookup statement, on the connection held for it; a batch that comes
+   * while another runs there (past LOOKUP_BATCH waiting lookups) goes through the pool.
+   */
+  private lookupQuery (values: unknown[]): Promise<pg.QueryResult<LookupBatchRow>> {
+    const on = (client: Queryable): Promise<pg.QueryResult<LookupBatchRow>> => this.query<LookupBatchRow>(client, this.sql.lookup, values, this.lookupName)
+    const held = this.lookupConnection
+    return held === null || held.busy || this.closed ? on(this.pool) : held.run(on)
   }
 
   /** Deletes change-log rows no memo can need any more, at most every CHANGE_LOG_PRUNE_MS; never rejects. */
@@ -1357,6 +1376,8 @@ export class PgStorage implements Storage {
     if (this.closed) return
     this.closed = true
     this.pool.removeListener('error', this.ignoreIdleError)
+    // Back to the pool, so that a caller's pool can end.
+    await this.lookupConnection?.close()
     if (this.ownPool) await this.pool.end()
   }
 }

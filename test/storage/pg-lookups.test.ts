@@ -16,37 +16,70 @@ import { eventually, limitedKey } from '../limit-fixtures.js'
 const url = await pgAvailable(t)
 const P = '/api-keys/acme/shop'
 
-interface Counted { app: TestApp['app'], storage: PgStorage, queries: string[], transactions: () => number }
+interface Counted {
+  app: TestApp['app']
+  storage: PgStorage
+  queries: string[]
+  transactions: () => number
+  /** each lookup statement's `answers` as the driver read them: null when the memo answered */
+  lookupAnswers: unknown[]
+}
 
 /**
- * An app on a PgStorage whose pool is ours, every `pool.query` recorded (by
- * statement name, else its first words) and every transaction counted; the
- * flush of usage counters waits for the app's close.
+ * An app on a PgStorage whose pool is ours, every query recorded, through
+ * the pool or on a connection taken from it (by statement name, else its
+ * first words), and every transaction counted; the flush of usage counters
+ * waits for the app's close.
  */
 async function countedApp (t: Test, schema: string, hold?: (name: string) => Promise<void>): Promise<Counted> {
   const pool = new pg.Pool({ connectionString: url as string, max: 5 })
   t.teardown(() => pool.end())
   const queries: string[] = []
   let transactions = 0
-  const query = pool.query.bind(pool) as (config: pg.QueryConfig) => Promise<pg.QueryResult>
-  const connect = pool.connect.bind(pool) as (...args: unknown[]) => Promise<pg.PoolClient>
+  const lookupAnswers: unknown[] = []
+  // Every form of query (pool.query calls a connection's with a callback), recorded once.
+  const recorded = (query: (...args: unknown[]) => unknown) => (...args: unknown[]): unknown => {
+    const [config] = args as [pg.QueryConfig | string]
+    const text = typeof config === 'string' ? config : config.text
+    const name = (typeof config === 'string' ? undefined : config.name) ?? text.trim().split(/\s+/).slice(0, 2).join(' ')
+    if (name === 'BEGIN') transactions++
+    queries.push(name)
+    if (typeof args[args.length - 1] === 'function') return query(...args)
+    const answered = (hold?.(name) ?? Promise.resolve()).then(async () => query(...args) as Promise<pg.QueryResult>)
+    if (!name.startsWith('fde_lookups_')) return answered
+    return answered.then((result) => {
+      lookupAnswers.push(result.rows[0].answers)
+      return result
+    })
+  }
+  const wrapped = new WeakSet<pg.PoolClient>()
+  const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>
+  const wrap = (client: pg.PoolClient): pg.PoolClient => {
+    if (!wrapped.has(client)) {
+      wrapped.add(client)
+      client.query = recorded(client.query.bind(client) as (...args: unknown[]) => unknown) as typeof client.query
+    }
+    return client
+  }
   Object.assign(pool, {
+    // Through a connection's query, which records it: pool.query takes one with a callback.
     query: async (config: pg.QueryConfig) => {
-      const name = config.name ?? config.text.trim().split(/\s+/).slice(0, 2).join(' ')
-      queries.push(name)
-      await hold?.(name)
-      return query(config)
+      const client = wrap(await connect())
+      try {
+        return await client.query(config)
+      } finally {
+        client.release()
+      }
     },
-    // pool.query connects too, with a callback: only the calls without one are transactions.
-    connect: (...args: unknown[]) => {
-      if (args.length === 0) transactions++
-      return connect(...args)
+    connect: async (...args: unknown[]) => {
+      if (args.length > 0) throw new Error('countedApp: connect with a callback')
+      return wrap(await connect())
     }
   })
   const storage = new PgStorage({ pool, schema })
   // No failure throttle: a burst of unverified values from one client would be held before its lookups.
   const { app } = await buildApp(t, { storage, usageFlushInterval: 3_600_000, failureThrottle: false })
-  return { app, storage, queries, transactions: () => transactions }
+  return { app, storage, queries, transactions: () => transactions, lookupAnswers }
 }
 
 const get = async (app: TestApp['app'], key: string): Promise<[number, string?]> => {
@@ -256,16 +289,8 @@ if (url !== null) {
     const k = await createKey(c.app, 'client')
     await assignKeys(c.app, 'dataset', [k.id])
     t.same(await get(c.app, k.key), [200])
-    // The statement's rows as the driver sees them: `answers` null when the memo answered.
-    const seen: unknown[] = []
-    const query = c.storage.pool.query.bind(c.storage.pool) as (config: pg.QueryConfig) => Promise<pg.QueryResult>
-    Object.assign(c.storage.pool, {
-      query: async (config: pg.QueryConfig) => {
-        const result = await query(config)
-        if (config.name?.startsWith('fde_lookups_') === true) seen.push(result.rows[0].answers)
-        return result
-      }
-    })
+    c.lookupAnswers.length = 0
+    const seen = c.lookupAnswers
     t.same(await get(c.app, k.key), [200])
     t.same(seen, [null], 'asked again: answered from the memo, confirmed in the same round trip')
     await client.query('UPDATE api_keys SET is_active = false WHERE id = $1', [k.id])
