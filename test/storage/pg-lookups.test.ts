@@ -66,9 +66,12 @@ async function countedApp (t: Test, schema: string, hold?: (name: string) => Pro
     query: async (config: pg.QueryConfig) => {
       const client = wrap(await connect())
       try {
-        return await client.query(config)
-      } finally {
+        const result = await client.query(config)
         client.release()
+        return result
+      } catch (err) {
+        client.release(err as Error)
+        throw err
       }
     },
     connect: async (...args: unknown[]) => {
