@@ -37,15 +37,14 @@ async function countedApp (t: Test, schema: string, hold?: (name: string) => Pro
   const queries: string[] = []
   let transactions = 0
   const lookupAnswers: unknown[] = []
-  // Every form of query (pool.query calls a connection's with a callback), recorded once.
-  const recorded = (query: (...args: unknown[]) => unknown) => (...args: unknown[]): unknown => {
+  // A connection's query (the store passes a config, or a text alone), recorded.
+  const recorded = (query: (...args: unknown[]) => Promise<pg.QueryResult>) => async (...args: unknown[]): Promise<pg.QueryResult> => {
     const [config] = args as [pg.QueryConfig | string]
     const text = typeof config === 'string' ? config : config.text
     const name = (typeof config === 'string' ? undefined : config.name) ?? text.trim().split(/\s+/).slice(0, 2).join(' ')
     if (name === 'BEGIN') transactions++
     queries.push(name)
-    if (typeof args[args.length - 1] === 'function') return query(...args)
-    const answered = (hold?.(name) ?? Promise.resolve()).then(async () => query(...args) as Promise<pg.QueryResult>)
+    const answered = (hold?.(name) ?? Promise.resolve()).then(async () => query(...args))
     if (!name.startsWith('fde_lookups_')) return answered
     return answered.then((result) => {
       lookupAnswers.push(result.rows[0].answers)
@@ -57,12 +56,12 @@ async function countedApp (t: Test, schema: string, hold?: (name: string) => Pro
   const wrap = (client: pg.PoolClient): pg.PoolClient => {
     if (!wrapped.has(client)) {
       wrapped.add(client)
-      client.query = recorded(client.query.bind(client) as (...args: unknown[]) => unknown) as typeof client.query
+      client.query = recorded(client.query.bind(client) as (...args: unknown[]) => Promise<pg.QueryResult>) as typeof client.query
     }
     return client
   }
   Object.assign(pool, {
-    // Through a connection's query, which records it: pool.query takes one with a callback.
+    // Through a taken connection, whose query records it.
     query: async (config: pg.QueryConfig) => {
       const client = wrap(await connect())
       try {
@@ -74,10 +73,7 @@ async function countedApp (t: Test, schema: string, hold?: (name: string) => Pro
         throw err
       }
     },
-    connect: async (...args: unknown[]) => {
-      if (args.length > 0) throw new Error('countedApp: connect with a callback')
-      return wrap(await connect())
-    }
+    connect: async () => wrap(await connect())
   })
   const storage = new PgStorage({ pool, schema })
   // No failure throttle: a burst of unverified values from one client would be held before its lookups.
