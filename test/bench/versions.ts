@@ -6,7 +6,10 @@
 // bench server (example-bench-server.ts) with CACHE=off and LOG_LEVEL=warn.
 // Routes: json (the example's authenticated json of `sales`), meta
 // (meta=entities), hand (the hand-written route), download (a Map key check
-// and the plugin's download code). Default: json on both.
+// and the plugin's download code). Default: json on both. With DATABASE_URL
+// and DATABASE_SCHEMA, both on PostgreSQL, in schemas <schema>_a and _b
+// (left behind: drop them after). With 10 connections a server, PostgreSQL
+// mode's batches are small, and its rounds spread ±5% (2026-11-27).
 //
 // Why: runs one after the other on this shared 2-core machine vary by ±15%,
 // more than most changes to the request path. Loaded at the same moment, the
