@@ -19,17 +19,33 @@ function poolOf (t: Test, max = 4): pg.Pool {
 const pid = async (client: pg.PoolClient): Promise<number> => (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid
 const checkedOut = (pool: pg.Pool): number => pool.totalCount - pool.idleCount
 
+/** A HeldConnection on a pool of its own, closed after the test, and its connection's backend. */
+async function heldOnce (t: Test): Promise<{ pool: pg.Pool, held: HeldConnection, first: number }> {
+  const pool = poolOf(t)
+  const held = new HeldConnection(pool)
+  t.teardown(() => held.close())
+  return { pool, held, first: await held.run(pid) }
+}
+
+/** A run that holds its connection until released; resolves once it has begun, and answers its backend. */
+async function blockedRun (held: HeldConnection): Promise<{ running: Promise<number>, release: () => void }> {
+  let release: () => void = () => {}
+  let started: () => void = () => {}
+  const starting = new Promise<void>((resolve) => { started = resolve })
+  const running = held.run(async (client) => {
+    const waiting = new Promise<void>((resolve) => { release = resolve })
+    started()
+    await waiting
+    return pid(client)
+  })
+  await starting
+  return { running, release }
+}
+
 if (url !== null) {
   t.test('runs share one connection, one at a time', async (t) => {
-    const pool = poolOf(t)
-    const held = new HeldConnection(pool)
-    t.teardown(() => held.close())
-    const first = await held.run(pid)
-    let release: () => void = () => {}
-    const running = held.run(async (client) => {
-      await new Promise<void>((resolve) => { release = resolve })
-      return pid(client)
-    })
+    const { pool, held, first } = await heldOnce(t)
+    const { running, release } = await blockedRun(held)
     t.ok(held.busy, 'busy while a statement runs')
     await t.rejects(held.run(pid), /busy/, 'a second run at once is refused (the caller takes the pool)')
     release()
@@ -40,10 +56,7 @@ if (url !== null) {
   })
 
   t.test('a connection killed while held: no crash, the next run takes another', async (t) => {
-    const pool = poolOf(t)
-    const held = new HeldConnection(pool)
-    t.teardown(() => held.close())
-    const first = await held.run(pid)
+    const { pool, held, first } = await heldOnce(t)
     const admin = new pg.Client({ connectionString: url })
     await admin.connect()
     t.teardown(() => admin.end())
@@ -66,10 +79,7 @@ if (url !== null) {
   })
 
   t.test('a failed statement gives its connection back, to be closed', async (t) => {
-    const pool = poolOf(t)
-    const held = new HeldConnection(pool)
-    t.teardown(() => held.close())
-    const first = await held.run(pid)
+    const { pool, held, first } = await heldOnce(t)
     await t.rejects(held.run(async (client) => client.query('SELECT * FROM no_such_table')), /no_such_table/)
     t.not(await held.run(pid), first, 'the next run on a new connection')
     t.equal(checkedOut(pool), 1)
@@ -89,16 +99,7 @@ if (url !== null) {
   t.test('close gives the connection back once its statement has run; no run after it', async (t) => {
     const pool = poolOf(t)
     const held = new HeldConnection(pool)
-    let release: () => void = () => {}
-    let started: () => void = () => {}
-    const starting = new Promise<void>((resolve) => { started = resolve })
-    const running = held.run(async (client) => {
-      const waiting = new Promise<void>((resolve) => { release = resolve })
-      started()
-      await waiting
-      return pid(client)
-    })
-    await starting
+    const { running, release } = await blockedRun(held)
     const closed = held.close()
     release()
     t.type(await running, 'number', 'the running statement finishes')
