@@ -18,6 +18,8 @@ export class HeldConnection {
   #closed = false
   #lastRun = 0
   #idleCheck: ReturnType<typeof setInterval> | undefined
+  /** each held connection's error listener, until it is given back (once: the pool refuses a second giving back) */
+  readonly #listeners = new Map<pg.PoolClient, (err: Error) => void>()
 
   /**
    * @param connectError what a failure to take a connection rejects with, from pg's error
@@ -88,9 +90,6 @@ export class HeldConnection {
     if (this.#client === held) this.#client = null
     this.#release(client, err instanceof Error ? err : new Error(String(err)))
   }
-
-  /** each held connection's error listener, until it is given back (once: the pool refuses a second giving back) */
-  readonly #listeners = new Map<pg.PoolClient, (err: Error) => void>()
 
   /** Gives a connection back (with an error: to be closed), once. */
   #release (client: pg.PoolClient, err?: Error): void {
