@@ -312,7 +312,9 @@ export class SampleDatasets implements DatasetSource {
     }
   }
 
-  async getDataset (ref: ResourceRef): Promise<Dataset | null> {
+  // Not async: the datasets are at hand, and a plain answer lets the plugin
+  // start the download at once, without a turn of the microtask queue.
+  getDataset (ref: ResourceRef): Dataset | null {
     if (ref.organization !== SAMPLE_MODEL.organization || ref.project !== SAMPLE_MODEL.project ||
       ref.modelSequence !== SAMPLE_MODEL.modelSequence) return null
     return this.datasets.get(ref.resourceSequence) ?? null

@@ -214,8 +214,12 @@ export interface ResourceSummary {
 }
 
 export interface DatasetSource {
-  /** The dataset at `ref`, or null when it does not exist (404 `Dataset not found`). */
-  getDataset (ref: ResourceRef): Promise<Dataset | null>
+  /**
+   * The dataset at `ref`, or null when it does not exist (404 `Dataset not
+   * found`). A source that has it at hand answers without a promise: the
+   * download then starts at once.
+   */
+  getDataset (ref: ResourceRef): Dataset | null | Promise<Dataset | null>
   /**
    * Optional: the project's datasets, so that the management page offers
    * them by name and endpoints carry `resourceName`. Without it the page

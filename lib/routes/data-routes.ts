@@ -5,7 +5,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { redactKeys } from '../keys/api-key.js'
 import { authenticateHook, type AuthenticatedCall } from '../keys/authenticate.js'
 import type { PluginContext } from './context.js'
-import type { ResourceRef } from '../host/dataset-source.js'
+import type { Dataset, ResourceRef } from '../host/dataset-source.js'
+import { isThenable } from '../thenable.js'
 import { sendDataset, type DownloadContext } from '../downloads/dataset-download.js'
 import { PARQUET_CODECS } from '../formats/parquet-row-group.js'
 import { errorCodeOf, errorMessageOf, noteFailure, sendError } from './error-reply.js'
@@ -218,12 +219,21 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
     }
   }
 
-  async function dataEndpoint (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+  // Not an async function: a host whose getDataset answers at once (a Map,
+  // a prepared statement) gets its download started in the same turn, with
+  // no promise to wait for first.
+  function dataEndpoint (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
     const call = request.dataEndpointCall as AuthenticatedCall
     if (call.locator.type === 'pipeline') return runPipeline(request, reply, call)
-    const dataset = await options.datasets.getDataset(refOf(call))
+    const ref = refOf(call)
+    const found = options.datasets.getDataset(ref)
+    if (isThenable(found)) return Promise.resolve(found).then((dataset) => sendFound(request, reply, dataset, ref))
+    return sendFound(request, reply, found, ref)
+  }
+
+  function sendFound (request: FastifyRequest, reply: FastifyReply, dataset: Dataset | null, ref: ResourceRef): Promise<unknown> {
     if (dataset === null) throw new DatasetNotFoundError()
-    return sendDataset(request, reply, dataset, refOf(call), download)
+    return sendDataset(request, reply, dataset, ref, download)
   }
 
   // Every method on DATA_ROUTE goes through the same key hook and handler, as

@@ -1,6 +1,7 @@
 import { InternalServerError } from '../errors.js'
 import type { Storage } from './storage.js'
 import { UsageInDoubtError } from './usage-in-doubt.js'
+import { isThenable } from '../thenable.js'
 
 /**
  * The storage as the routes use it: a failure becomes 500
@@ -38,8 +39,4 @@ export function guardStorage (storage: Storage): Storage {
       return wrapper
     }
   })
-}
-
-function isThenable (value: unknown): value is PromiseLike<unknown> {
-  return value instanceof Promise || (typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function')
 }

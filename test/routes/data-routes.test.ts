@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import t from 'tap'
 import dataEndpoints, { SqliteStorage } from '../../lib/index.js'
+import type { Dataset } from '../../lib/host/dataset-source.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL, PIPELINE_URL } from '../helper.js'
 import { rawRequest } from '../raw-http.js'
@@ -189,6 +190,25 @@ t.test('404 Dataset not found / Pipeline not found when the host has no such res
   t.equal(run.statusCode, 404)
   t.same(run.json(), { message: 'Pipeline not found' })
   t.equal(jobs.starts, 0)
+})
+
+t.test('a host whose getDataset answers without a promise: the dataset, 404, or 500 when it throws, as with a promise', async (t) => {
+  const sales = await new MemoryDatasets().add(SALES_REF, salesDataset()).getDataset(SALES_REF)
+  let answer: () => Dataset | null = () => sales
+  const { app } = await buildApp(t, { datasets: { getDataset: () => answer() } })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+
+  const found = await app.inject(`${DATASET_URL}?format=json&api_key=${k.key}`)
+  t.equal(found.statusCode, 200)
+  t.same(Object.keys(found.json()), ['customers', 'orders'])
+  answer = () => null
+  const missing = await app.inject(`${DATASET_URL}?api_key=${k.key}`)
+  t.same([missing.statusCode, missing.json()], [404, { message: 'Dataset not found' }])
+  // As a promise's rejection would be.
+  answer = () => { throw new Error('the host failed') }
+  const failed = await app.inject(`${DATASET_URL}?api_key=${k.key}`)
+  t.same([failed.statusCode, failed.json()], [500, { message: 'the host failed' }])
 })
 
 t.test('404 Not found for a path that is not a data endpoint\'s shape', async (t) => {
