@@ -153,6 +153,32 @@ CREATE TRIGGER endpoints_lookup_change
   ON endpoints FOR EACH STATEMENT EXECUTE FUNCTION note_lookup_change();`
       }
     }]
+  },
+  {
+    why: 'PostgreSQL mode\'s key check, cheaper when the memo answers (issue 25): the reading of a batch\'s lookups moves ' +
+      'into a function that the lookup statement calls only when it reads them. Inline, its joins were set up (their ' +
+      'tables locked, their indexes opened) on every execution, taken or not: about 25 µs of the database\'s CPU a batch, ' +
+      'a third of it. STABLE, so that it reads in the calling statement\'s snapshot, the one the memo is stamped with',
+    steps: [{
+      sql: {
+        sqlite: '-- nothing: SQLite reads a lookup with one prepared statement',
+        pg: `CREATE FUNCTION lookup_answers(lookups text) RETURNS json LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN (
+    SELECT COALESCE(json_agg(json_build_array(l.i, e.id, k.id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8,
+                                              k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day,
+                                              CASE WHEN k.bytes_per_day IS NOT NULL THEN (SELECT COALESCE(sum(u.bytes), 0) FROM usage_daily u
+                                                WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END)), '[]')
+      FROM json_array_elements(lookups::json) AS j (v)
+      CROSS JOIN LATERAL (SELECT (v->>0)::int AS i, v->>1 AS organization, v->>2 AS project, (v->>3)::bigint AS model_sequence,
+                                 v->>4 AS type, (v->>5)::bigint AS resource_sequence, v->>6 AS prefix) l
+      JOIN endpoints e ON e.organization = l.organization AND e.project = l.project
+           AND e.model_sequence = l.model_sequence AND e.type = l.type AND e.resource_sequence = l.resource_sequence
+      LEFT JOIN (endpoint_keys ek JOIN api_keys k ON k.id = ek.key_id)
+           ON ek.endpoint_id = e.id AND k.prefix = l.prefix);
+END $$;`
+      }
+    }]
   }
 ]
 

@@ -208,7 +208,7 @@ interface MemoGeneration { snapshot: string, sentAt: number, batch: number }
 
 interface Lookup { locator: EndpointLocator, prefix: string | null }
 
-// A lookup's answer, as one JSON array a lookup (lookupAnswers): its
+// A lookup's answer, as one JSON array a lookup (lookup_answers, migrations.ts): its
 // number, the endpoint, then the key (null when the prefix names no key of
 // the endpoint), its expiry as epoch milliseconds (no Date parsed per
 // request). The limits ride on the lookup (DESIGN.md §4.3); a key with a
@@ -515,20 +515,6 @@ export class PgStorage implements Storage {
                     FROM ${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id
                    WHERE ek.endpoint_id = e.id), '[]') AS keys
        FROM ${t('endpoints')} e`
-    // The answers to lookups given as JSON text, each [i, organization,
-    // project, modelSequence, type, resourceSequence, prefix]: one array per
-    // lookup whose endpoint exists (LookupAnswer). The key is joined only
-    // through its assignment to the endpoint.
-    const lookupAnswers = (lookups: string): string =>
-      `(SELECT COALESCE(json_agg(json_build_array(l.i, e.id, k.id, k.hash, k.is_active, floor(extract(epoch FROM k.expires_at) * 1000)::float8,
-                                         k.requests_per_minute, k.concurrent_downloads, k.bytes_per_day, ${lookupBytesToday(t('usage_daily'))})), '[]')
-          FROM json_array_elements(${lookups}::json) AS j (v)
-          CROSS JOIN LATERAL (SELECT (v->>0)::int AS i, v->>1 AS organization, v->>2 AS project, (v->>3)::bigint AS model_sequence,
-                                     v->>4 AS type, (v->>5)::bigint AS resource_sequence, v->>6 AS prefix) l
-          JOIN ${t('endpoints')} e ON e.organization = l.organization AND e.project = l.project
-               AND e.model_sequence = l.model_sequence AND e.type = l.type AND e.resource_sequence = l.resource_sequence
-          LEFT JOIN (${t('endpoint_keys')} ek JOIN ${t('api_keys')} k ON k.id = ek.key_id)
-               ON ek.endpoint_id = e.id AND k.prefix = l.prefix)`
     this.t = t
     this.endpointSelect = endpointSelect
     this.sql = {
@@ -537,15 +523,19 @@ export class PgStorage implements Storage {
       // did not see has since changed what a lookup reads (lookup_changes,
       // written by triggers). If so, or if the memo cannot answer one of the
       // lookups ($2), every lookup of the batch ($1, JSON text) is read. A
-      // batch the memo answers costs the database one index probe. (One
-      // reading, not a second for the lookups the memo lacks: each branch
-      // costs every execution its setting up, taken or not.)
+      // batch the memo answers costs the database one index probe. The
+      // reading is a function (lookup_answers, migrations.ts), set up only
+      // when called: inline, its joins were set up on every execution, taken
+      // or not. (One reading, not a second for the lookups the memo lacks.)
+      // Each lookup whose endpoint exists gets one array: [i, endpoint id,
+      // then the key (null when the prefix names no key of the endpoint)...]
+      // (LookupAnswer); the key is joined only through its assignment.
       lookup: `WITH c AS (
                  SELECT pg_current_snapshot() AS snapshot,
                         $3::text IS NULL OR EXISTS (SELECT 1 FROM ${t('lookup_changes')}
                           WHERE xid >= pg_snapshot_xmin($3::text::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $3::text::pg_snapshot)) AS changed)
                SELECT c.changed, CASE WHEN c.changed THEN c.snapshot::text END AS snapshot,
-                      CASE WHEN c.changed OR $2::boolean THEN ${lookupAnswers('$1::text')} END AS answers
+                      CASE WHEN c.changed OR $2::boolean THEN ${t('lookup_answers')}($1::text) END AS answers
                  FROM c`,
       // The change log's rows of transactions that a snapshot at least
       // CHANGE_LOG_PRUNE_MS old saw ($1, null for none yet), and a snapshot for the next time.

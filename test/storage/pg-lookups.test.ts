@@ -301,6 +301,30 @@ if (url !== null) {
     t.ok(logged.rows[0].n >= 1, 'the change is in the log')
   })
 
+  t.test('the lookups are read by a function of the schema, in the lookup statement\'s snapshot, whatever the caller\'s search_path', async (t) => {
+    const { client, schema } = await freshSchema(t, url)
+    // A decoy schema first on the pool's search_path, with empty tables of the same names.
+    const decoy = `${schema}_decoy`
+    await client.query(`CREATE SCHEMA "${decoy}"`)
+    t.teardown(async () => { await client.query(`DROP SCHEMA "${decoy}" CASCADE`) })
+    const pool = new pg.Pool({ connectionString: url, max: 4, options: `-c search_path="${decoy}"` })
+    t.teardown(() => pool.end())
+    const storage = new PgStorage({ pool, schema })
+    await storage.migrate()
+    for (const table of ['endpoints', 'endpoint_keys', 'api_keys', 'usage_daily']) {
+      await client.query(`CREATE TABLE "${decoy}".${table} (LIKE "${schema}".${table})`)
+    }
+    const { app } = await buildApp(t, { storage, usageFlushInterval: 3_600_000, failureThrottle: false })
+    const k = await createKey(app, 'client')
+    await assignKeys(app, 'dataset', [k.id])
+    t.same(await get(app, k.key), [200], 'the schema\'s tables are read, not the decoy\'s')
+    const { rows } = await client.query(`SELECT p.provolatile, p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+      WHERE n.nspname = $1 AND p.proname = 'lookup_answers'`, [schema])
+    t.equal(rows.length, 1)
+    t.equal(rows[0].provolatile, 's', 'STABLE: it reads in the snapshot of the statement that calls it, the one the memo is stamped with')
+    t.match(rows[0].proconfig, [new RegExp(`^search_path="?${schema}"?$`)], 'its search_path fixed when it was made')
+  })
+
   t.test('a role allowed to change a key need not be allowed to write the change log: the note is written as the schema\'s owner', async (t) => {
     const { client, schema } = await freshSchema(t, url)
     const storage = new PgStorage({ connectionString: url, schema })
