@@ -1,7 +1,7 @@
 import { InternalServerError } from '../errors.js'
 import type { Storage } from './storage.js'
 import { UsageInDoubtError } from './usage-in-doubt.js'
-import { isThenable } from '../thenable.js'
+import { isThenable } from '../host/thenable.js'
 
 /**
  * The storage as the routes use it: a failure becomes 500
