@@ -190,7 +190,8 @@ if (url !== null) {
     // One connection in the pool: this sees that session's statements.
     const { rows } = await pool.query("SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'fde_lookup_%'")
     t.equal(rows.length, 1, 'one prepared lookup')
-    t.match(rows[0].statement, `"${schema}".endpoints`, 'on this storage\'s schema')
+    t.match(rows[0].statement, `"${schema}".lookup_changes`, 'on this storage\'s schema: its change log')
+    t.match(rows[0].statement, `"${schema}".lookup_answers(`, 'and its function that reads the lookups')
   })
 
   t.test('a pool passed in stays the caller\'s: close() leaves it open', async (t) => {
