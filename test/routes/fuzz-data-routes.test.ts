@@ -416,7 +416,9 @@ t.test('a byte HTTP does not allow anywhere in the request target: Node answers 
   const port = (built.app.server.address() as AddressInfo).port
   const target = `/api/acme/shop/model/1/dataset/1?meta=entities&api_key=${built.keys.active}`
   const forbidden = fc.oneof(fc.integer({ min: 0x00, max: 0x20 }), fc.constant(0x7f), fc.integer({ min: 0x80, max: 0xff }))
-  const property = fc.asyncProperty(forbidden, fc.integer({ min: 1, max: target.length }), async (byte, at) => {
+  // Before one of the target's characters: a space after the whole target
+  // would only widen the separator before `HTTP/1.1`, which Node accepts.
+  const property = fc.asyncProperty(forbidden, fc.integer({ min: 1, max: target.length - 1 }), async (byte, at) => {
     const bytes = Buffer.concat([
       Buffer.from(`GET ${target.slice(0, at)}`, 'latin1'), Buffer.from([byte]),
       Buffer.from(`${target.slice(at)} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, 'latin1')
