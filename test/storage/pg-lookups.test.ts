@@ -86,10 +86,10 @@ const get = async (app: TestApp['app'], key: string): Promise<[number, string?]>
   return res.statusCode === 200 ? [200] : [res.statusCode, res.json().message]
 }
 
-/** A migrated PgStorage on a pool of its own, in a fresh schema, with that schema's client. */
-async function migratedStorage (t: Test, max: number): Promise<{ client: pg.Client, schema: string, pool: pg.Pool, storage: PgStorage }> {
+/** A migrated PgStorage on a pool of its own (`config` added to the pool's), in a fresh schema, with that schema's client. */
+async function migratedStorage (t: Test, max: number, config: pg.PoolConfig = {}): Promise<{ client: pg.Client, schema: string, pool: pg.Pool, storage: PgStorage }> {
   const { client, schema } = await freshSchema(t, url as string)
-  const pool = new pg.Pool({ connectionString: url as string, max })
+  const pool = new pg.Pool({ ...config, connectionString: url as string, max })
   t.teardown(() => pool.end())
   const storage = new PgStorage({ pool, schema })
   await storage.migrate()
@@ -302,15 +302,11 @@ if (url !== null) {
   })
 
   t.test('the lookups are read by a function of the schema, in the lookup statement\'s snapshot, whatever the caller\'s search_path', async (t) => {
-    const { client, schema } = await freshSchema(t, url)
     // A decoy schema first on the pool's search_path, with empty tables of the same names.
-    const decoy = `${schema}_decoy`
+    const decoy = `fde_decoy_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+    const { client, schema, storage } = await migratedStorage(t, 4, { options: `-c search_path="${decoy}"` })
     await client.query(`CREATE SCHEMA "${decoy}"`)
     t.teardown(async () => { await client.query(`DROP SCHEMA "${decoy}" CASCADE`) })
-    const pool = new pg.Pool({ connectionString: url, max: 4, options: `-c search_path="${decoy}"` })
-    t.teardown(() => pool.end())
-    const storage = new PgStorage({ pool, schema })
-    await storage.migrate()
     for (const table of ['endpoints', 'endpoint_keys', 'api_keys', 'usage_daily']) {
       await client.query(`CREATE TABLE "${decoy}".${table} (LIKE "${schema}".${table})`)
     }
