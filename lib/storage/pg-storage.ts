@@ -23,6 +23,7 @@ import { UsageInDoubtError, type UsageFate } from './usage-in-doubt.js'
 import { HeldConnection } from './held-connection.js'
 import { LookupBatch } from './lookup-batch.js'
 import { LookupMemo } from './lookup-memo.js'
+import { queryRow, type TextRow } from './row-statement.js'
 import { mergeSeriesColumns } from './usage-series.js'
 import { usageColumns, usageColumnsOf, usageRowsOf } from './usage-columns.js'
 
@@ -229,6 +230,13 @@ interface LookupBatchRow {
   snapshot: string | null
   /** null when the memo answers every lookup; else one answer for each lookup that found its endpoint */
   answers: LookupAnswer[] | null
+}
+
+/** The lookup statement's row, from the text of its three columns (RowStatement). */
+function lookupBatchRow (row: TextRow | undefined): LookupBatchRow {
+  if (row === undefined) throw new Error('The lookup statement answered no row')
+  const [changed, snapshot, answers] = row
+  return { changed: changed === 't', snapshot, answers: answers === null ? null : JSON.parse(answers) as LookupAnswer[] }
 }
 
 /** A key's limits from its three columns (bigint text): null when it has none. */
@@ -711,23 +719,35 @@ export class PgStorage implements Storage {
    * (if given) finds out, from what `work` returned, whether it took effect anyway.
    */
   private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, committed?: (result: T) => Promise<boolean>): Promise<T> {
+    let result: { value: T } | undefined
+    try {
+      return await this.onConnection(async (client) => {
+        await this.query(client, 'BEGIN')
+        result = { value: await work(client) }
+        await this.query(client, 'COMMIT')
+        return result.value
+      })
+    } catch (err) {
+      if (result !== undefined && committed !== undefined && await committed(result.value)) return result.value
+      throw err
+    }
+  }
+
+  /** Runs `work` on a connection of the pool's; a failure drops the connection (a transaction's rolls back). */
+  private async onConnection<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect().catch((err: unknown) => { throw unavailable(err) })
     // An error on the socket between two queries must not crash the process;
     // the next query fails instead.
     const ignore = (): void => {}
     client.on('error', ignore)
-    let result: { value: T } | undefined
     try {
-      await this.query(client, 'BEGIN')
-      result = { value: await work(client) }
-      await this.query(client, 'COMMIT')
+      const value = await work(client)
       client.removeListener('error', ignore)
       client.release()
-      return result.value
+      return value
     } catch (err) {
       client.removeListener('error', ignore)
       client.release(err as Error)
-      if (result !== undefined && committed !== undefined && await committed(result.value)) return result.value
       throw err
     }
   }
@@ -759,10 +779,9 @@ export class PgStorage implements Storage {
       const { organization, project, modelSequence, type, resourceSequence } = l.locator
       return [i, organization, project, modelSequence, type, resourceSequence, l.prefix]
     }))
-    const { rows } = await this.lookupQuery([lookupsJson, remembered.includes(undefined), generation?.snapshot ?? null])
+    const { changed, snapshot, answers: read } = await this.lookupQuery([lookupsJson, String(remembered.includes(undefined)), generation?.snapshot ?? null])
     // In the background: no request waits for it.
     void this.pruneChangeLog()
-    const { changed, snapshot, answers: read } = rows[0]
     // Every lookup read (an empty list: none found its endpoint), or none.
     const answers: Array<EndpointKeyLookup | null> = remembered.map((r) => read === null ? r ?? null : null)
     if (read !== null) for (const answer of read) answers[answer[0]] = toLookup(answer)
@@ -788,10 +807,11 @@ export class PgStorage implements Storage {
    * The lookup statement, on the connection held for it; a batch that comes
    * while another runs there (past LOOKUP_BATCH waiting lookups) goes through the pool.
    */
-  private lookupQuery (values: unknown[]): Promise<pg.QueryResult<LookupBatchRow>> {
-    const on = (client: Queryable): Promise<pg.QueryResult<LookupBatchRow>> => this.query<LookupBatchRow>(client, this.sql.lookup, values, this.lookupName)
+  private lookupQuery (values: Array<string | null>): Promise<LookupBatchRow> {
+    const on = (client: pg.PoolClient): Promise<LookupBatchRow> => queryRow(client, this.lookupName, this.sql.lookup, values, this.queryTimeout)
+      .then(lookupBatchRow, (err: unknown) => { throw unavailable(err) })
     const held = this.lookupConnection
-    return held === null || held.busy || this.closed ? on(this.pool) : held.run(on)
+    return held === null || held.busy || this.closed ? this.onConnection(on) : held.run(on)
   }
 
   /** Deletes change-log rows no memo can need any more, at most every CHANGE_LOG_PRUNE_MS; never rejects. */

@@ -37,26 +37,31 @@ async function countedApp (t: Test, schema: string, hold?: (name: string) => Pro
   const queries: string[] = []
   let transactions = 0
   const lookupAnswers: unknown[] = []
-  // A connection's query (the store passes a config, or a text alone), recorded.
-  const recorded = (query: (...args: unknown[]) => Promise<pg.QueryResult>) => async (...args: unknown[]): Promise<pg.QueryResult> => {
-    const [config] = args as [pg.QueryConfig | string]
+  // A connection's query, recorded: the store passes a text alone, a config,
+  // or (the lookup statement) a pg Submittable with a callback, answered
+  // through the callback with the row's columns as text.
+  const recorded = (query: (...args: unknown[]) => unknown) => (...args: unknown[]): unknown => {
+    const [config, callback] = args as [pg.QueryConfig | string, unknown]
     const text = typeof config === 'string' ? config : config.text
     const name = (typeof config === 'string' ? undefined : config.name) ?? text.trim().split(/\s+/).slice(0, 2).join(' ')
     if (name === 'BEGIN') transactions++
     queries.push(name)
-    const answered = (hold?.(name) ?? Promise.resolve()).then(async () => query(...args))
-    if (!name.startsWith('fde_lookups_')) return answered
-    return answered.then((result) => {
-      lookupAnswers.push(result.rows[0].answers)
-      return result
-    })
+    const held = hold?.(name) ?? Promise.resolve()
+    if (typeof callback !== 'function') return held.then(() => query(...args))
+    const answer = callback as (err: Error | null, row?: Array<string | null>) => void
+    const recording = (err: Error | null, row?: Array<string | null>): void => {
+      if (name.startsWith('fde_lookups_') && err === null) lookupAnswers.push(row?.[2] == null ? null : JSON.parse(row[2]))
+      answer(err, row)
+    }
+    void held.then(() => query(config, recording))
+    return config
   }
   const wrapped = new WeakSet<pg.PoolClient>()
   const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>
   const wrap = (client: pg.PoolClient): pg.PoolClient => {
     if (!wrapped.has(client)) {
       wrapped.add(client)
-      client.query = recorded(client.query.bind(client) as (...args: unknown[]) => Promise<pg.QueryResult>) as typeof client.query
+      client.query = recorded(client.query.bind(client) as (...args: unknown[]) => unknown) as typeof client.query
     }
     return client
   }
