@@ -90,13 +90,23 @@ class RowStatement {
 const AS_TEXT = { getTypeParser: () => (value: string) => value }
 
 /**
+ * Whether `client` runs RowStatement: pg's JavaScript client (its connection
+ * keeps the statements it parsed), not in its pipeline mode, which refuses
+ * Submittables of their own kind. pg's native client has no such connection.
+ */
+function runsRowStatement (client: pg.ClientBase): boolean {
+  const c = client as { pipeline?: boolean, connection?: { parsedStatements?: unknown } }
+  return c.pipeline !== true && typeof c.connection?.parsedStatements === 'object'
+}
+
+/**
  * Runs the named statement `text` with `values` on a connection and answers
- * its first row as text (undefined when it returns none). A connection in
- * pg's pipeline mode refuses a Submittable of its own kind, so there the
- * same statement goes through pg's Query with every column left as text.
+ * its first row as text (undefined when it returns none). A connection that
+ * cannot run RowStatement (pg's pipeline mode, its native client) gets the
+ * same statement through pg's Query, with every column left as text.
  */
 export function queryRow (client: pg.ClientBase, name: string, text: string, values: Array<string | null>, timeout: number): Promise<TextRow | undefined> {
-  if ((client as { pipeline?: boolean }).pipeline === true) {
+  if (!runsRowStatement(client)) {
     const config = { name, text, values, rowMode: 'array' as const, types: AS_TEXT, query_timeout: timeout }
     return client.query<TextRow>(config).then((result) => result.rows[0])
   }

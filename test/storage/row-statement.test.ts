@@ -16,6 +16,18 @@ async function connected (t: Test, config: pg.ClientConfig = {}): Promise<pg.Cli
   return client
 }
 
+/** What each query on `client` was sent as: a bare Submittable of ours, or pg's Query config. */
+function sentAs (client: pg.Client): string[] {
+  const sent: string[] = []
+  const query = client.query.bind(client) as (...args: unknown[]) => unknown
+  client.query = ((...args: unknown[]) => {
+    const config = args[0] as { submit?: unknown }
+    sent.push(typeof config.submit === 'function' ? 'submittable' : 'config')
+    return query(...args)
+  }) as typeof client.query
+  return sent
+}
+
 const ROW = 'SELECT $1::int > 1 AS big, $2::text AS note, json_build_array($1::int, $2::text) AS list, NULL::text AS nothing'
 const prepared = async (client: pg.Client, name: string): Promise<number> =>
   (await client.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name = $1', [name])).rows[0].n
@@ -23,8 +35,10 @@ const prepared = async (client: pg.Client, name: string): Promise<number> =>
 if (url !== null) {
   t.test('the first row as text, each column as PostgreSQL wrote it; the statement parsed once per connection', async (t) => {
     const client = await connected(t)
+    const sent = sentAs(client)
     t.same(await queryRow(client, 'fde_row_a', ROW, ['2', 'two'], 5000), ['t', 'two', '[2, "two"]', null])
     t.same(await queryRow(client, 'fde_row_a', ROW, ['1', null], 5000), ['f', null, '[1, null]', null], 'a null value is sent as SQL NULL')
+    t.same(sent, ['submittable', 'submittable'], 'each as a bare Submittable, not through pg\'s Query')
     t.equal(await prepared(client, 'fde_row_a'), 1, 'one prepared statement')
     t.same(await queryRow(client, 'fde_row_none', 'SELECT 1 WHERE false', [], 5000), undefined, 'no row: undefined')
     t.same((await client.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the connection serves pg\'s own queries after it')
@@ -46,9 +60,11 @@ if (url !== null) {
     t.ok(Date.now() - started < 1500, 'without waiting for the statement')
   })
 
-  t.test('a connection in pg\'s pipeline mode, which refuses Submittables, gets the same row through pg\'s Query', async (t) => {
+  t.test('a connection in pg\'s pipeline mode, which refuses Submittables (as pg\'s native client cannot run one), gets the same row through pg\'s Query', async (t) => {
     const client = await connected(t, { pipeline: true } as pg.ClientConfig)
+    const sent = sentAs(client)
     t.same(await queryRow(client, 'fde_row_a', ROW, ['2', 'two'], 5000), ['t', 'two', '[2, "two"]', null])
     t.same(await queryRow(client, 'fde_row_a', ROW, ['0', 'zero'], 5000), ['f', 'zero', '[0, "zero"]', null])
+    t.same(sent, ['config', 'config'], 'through pg\'s Query')
   })
 }
