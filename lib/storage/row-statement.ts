@@ -91,12 +91,14 @@ const AS_TEXT = { getTypeParser: () => (value: string) => value }
 
 /**
  * Whether `client` runs RowStatement: pg's JavaScript client (its connection
- * keeps the statements it parsed), not in its pipeline mode, which refuses
- * Submittables of their own kind. pg's native client has no such connection.
+ * keeps the statements it parsed and sent, as pg 8's does), not in its
+ * pipeline mode, which refuses Submittables of their own kind. pg's native
+ * client has no such connection; a pg that kept those records otherwise
+ * would get the fallback rather than fail.
  */
 function runsRowStatement (client: pg.ClientBase): boolean {
-  const c = client as { pipeline?: boolean, connection?: { parsedStatements?: unknown } }
-  return c.pipeline !== true && typeof c.connection?.parsedStatements === 'object'
+  const c = client as { pipeline?: boolean, connection?: { parsedStatements?: unknown, submittedNamedStatements?: unknown } }
+  return c.pipeline !== true && typeof c.connection?.parsedStatements === 'object' && typeof c.connection.submittedNamedStatements === 'object'
 }
 
 /**
