@@ -26,7 +26,7 @@ type Answer = (err: Error | null, row?: TextRow) => void
  * the client's CPU an execution against 55-58 (docs/benchmarks.md).
  *
  * It is a pg Submittable: `client.query(statement, callback)`, or a pool's,
- * calls `callback` once, with the first row (null if none) or the error.
+ * calls `callback` once, with the first row (undefined if none) or the error.
  */
 class RowStatement {
   readonly name: string
@@ -34,7 +34,7 @@ class RowStatement {
   readonly query_timeout: number
   callback: Answer | undefined
   #values: Array<string | null>
-  #row: TextRow | null = null
+  #row: TextRow | undefined
 
   constructor (name: string, text: string, values: Array<string | null>, timeout: number) {
     this.name = name
@@ -67,7 +67,7 @@ class RowStatement {
   }
 
   handleReadyForQuery (): void {
-    this.callback?.(null, this.#row ?? undefined)
+    this.callback?.(null, this.#row)
   }
 
   handleError (err: Error): void {
