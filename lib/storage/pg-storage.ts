@@ -217,7 +217,10 @@ interface Lookup { locator: EndpointLocator, prefix: string | null }
 // nothing more.
 type LookupAnswer = [i: number, endpointId: string, keyId: string | null, hash: string | null, isActive: boolean | null, expiresMs: number | string | null,
   requestsPerMinute: number | null, concurrentDownloads: number | null, bytesPerDay: number | null, bytesToday: number | null]
-/** The key's bytes of the UTC day, in the schema's usage_daily (a column of the lookup). */
+/**
+ * The key's bytes of the UTC day, in the schema's usage_daily (a column of a link's use). The key
+ * check reads the same in lookup_answers, a migration's function whose text stays as it shipped.
+ */
 const lookupBytesToday = (usageDaily: string): string =>
   `CASE WHEN k.bytes_per_day IS NOT NULL THEN (SELECT COALESCE(sum(u.bytes), 0) FROM ${usageDaily} u
      WHERE u.key_id = k.id AND u.start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END`
