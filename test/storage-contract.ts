@@ -823,6 +823,19 @@ export async function storageContract (t: Test, name: string, open: () => Promis
         t.equal(await s.countUsage(p, { ...shared, endpointId: id2, keyId: k2.id, limit: 10 }), 1, 'countUsage filters as queryUsage')
         t.equal(await s.countUsage(newProject(), { ...shared }), 0, 'countUsage: another project has none')
       }
+      if (s.queryUsageWithinLimit !== undefined) {
+        for (const limit of [1, 6]) {
+          t.equal(await s.queryUsageWithinLimit(p, { ...shared, limit }), null, `queryUsageWithinLimit: 7 rows are over a limit of ${limit}`)
+        }
+        for (const limit of [7, 8, 100]) {
+          const columns = await s.queryUsageWithinLimit(p, { ...shared, limit })
+          t.same(columns === null ? null : tuples(usageRowsOf(columns)), sharedRows, `queryUsageWithinLimit: all 7 rows within a limit of ${limit}`)
+        }
+        const filtered = await s.queryUsageWithinLimit(p, { ...shared, endpointId: id2, keyId: k2.id, limit: 1 })
+        t.same(filtered === null ? null : tuples(usageRowsOf(filtered)), sharedRows.filter((r) => r[1] === id2 && r[2] === k2.id),
+          'queryUsageWithinLimit filters as queryUsage, before the limit')
+        t.same((await s.queryUsageWithinLimit(newProject(), { ...shared, limit: 1 }))?.length, 0, 'queryUsageWithinLimit: another project has none')
+      }
       t.same(tuples(await s.queryUsage(p, { ...shared, granularity: 'day', from: new Date(Date.UTC(2030, 0, 4)) })), inUsageOrder([
         [Date.UTC(2030, 0, 4), id1, k1.id, 'disabled', 7],
         [Date.UTC(2030, 0, 4), id1, k1.id, 'ok', 7],

@@ -26,7 +26,7 @@ import {
 } from './schemas.js'
 import { bucketStart, DAY_MS, HOUR_MS } from '../storage/usage-buckets.js'
 import { NO_LIMITS, PrefixTakenError, type LinkRecord, type AuditContext, type ResourceType, type ApiKeyRecord, type EndpointLocator, type EndpointRecord, type ProjectRef } from '../storage/storage.js'
-import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage } from '../storage/storage.js'
+import { InvalidCursorError, MAX_ENDPOINT_KEYS, type EndpointKeyResult, type ListPage, type UsageColumns, type UsageQuery } from '../storage/storage.js'
 import { foldSearch } from '../storage/list-cursor.js'
 import { hostOf } from './data-routes.js'
 import { plainJsonBodies } from './json-body.js'
@@ -277,6 +277,24 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     await usage.flush().catch((err: unknown) => { throw new InternalServerError({ cause: err }) })
   }
 
+  /**
+   * The usage history of `query`'s range as columns, or null when it holds
+   * more than `cap` rows. A store that can tell at once does (PostgreSQL
+   * counts and reads side by side); one that counts refuses a range over
+   * the cap without reading its rows; else the rows read tell.
+   */
+  async function usageWithinCap (project: ProjectRef, query: UsageQuery, cap: number): Promise<UsageColumns | null> {
+    if (storage.queryUsageWithinLimit !== undefined) return storage.queryUsageWithinLimit(project, { ...query, limit: cap })
+    // One more than the cap tells a range over it.
+    const over = { ...query, limit: cap + 1 }
+    if (storage.countUsage !== undefined && await storage.countUsage(project, over) > cap) return null
+    // Columns when the store gives them: no object per row of a long history.
+    const rows = storage.queryUsageColumns !== undefined
+      ? await storage.queryUsageColumns(project, over)
+      : usageColumnsOf(await storage.queryUsage(project, over))
+    return rows.length > cap ? null : rows
+  }
+
   async function keyIdsToAssign (project: ProjectRef, requested: string[] | undefined): Promise<string[]> {
     if (requested !== undefined && requested.length > 0) return requested
     // SPEC.md §3.2: a project's single key is assigned automatically. Two
@@ -391,16 +409,11 @@ export const managementRoutes: FastifyPluginAsyncTypebox<{ ctx: PluginContext }>
     await flushUsage()
     const limit = options.usageQueryMaxRows
     // Every bucket that overlaps [from, to): from the one that holds `from`.
-    const query = { granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit: limit + 1 }
-    const overCap = (): Error =>
-      new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
-    // A store that counts refuses a range over the cap without reading its rows.
-    if (storage.countUsage !== undefined && await storage.countUsage(request.params, query) > limit) throw overCap()
-    // Columns when the store gives them: no object per row of a long history.
-    const rows = storage.queryUsageColumns !== undefined
-      ? await storage.queryUsageColumns(request.params, query)
-      : usageColumnsOf(await storage.queryUsage(request.params, query))
-    if (rows.length > limit) throw overCap()
+    const query = { granularity, from: new Date(bucketStart(from.getTime(), size)), to, keyId, endpointId, limit }
+    const rows = await usageWithinCap(request.params, query, limit)
+    if (rows === null) {
+      throw new BadRequestError(`querystring.from: the range holds more than ${limit} rows; narrow from and to, or filter by keyId or endpointId`)
+    }
     // The schema documents the answer; usageAnswerPieces writes its text,
     // streamed a piece at a time (Fastify pipes it, with backpressure), with
     // turns of the event loop between them. With its encoding set the stream

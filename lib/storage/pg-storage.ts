@@ -374,6 +374,23 @@ function toLink (row: Record<string, unknown>): LinkRecord {
   return link as unknown as LinkRecord
 }
 
+/** A row of the usage series statement. */
+interface SeriesRow { endpoint_id: string, key_id: string, outcome: UsageOutcome, n: number, points: string }
+
+function bucketsIn (series: readonly SeriesRow[]): number {
+  return series.reduce((sum, s) => sum + s.n, 0)
+}
+
+/**
+ * Series as the usage history's columns, read with turns of the event loop.
+ * Read as each row came (in pg's 'row' events), the texts died sooner, but
+ * their reading ran inside the socket's read, which hands over a megabyte at
+ * once: 12-15 ms of CPU without a turn against 7-8 (docs/benchmarks.md).
+ */
+async function mergeUsageSeries (series: readonly SeriesRow[], limit: number): Promise<UsageColumns> {
+  return mergeSeriesColumns(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), limit)
+}
+
 function hasNul (...values: string[]): boolean {
   return values.some((v) => v.includes('\u0000'))
 }
@@ -450,6 +467,8 @@ export class PgStorage implements Storage {
   private changeLogPruned = Date.now()
   private changeLogSnapshot: string | null = null
   private lastPurge = 0
+  /** A usage series read runs beside its count (queryUsageWithinLimit): one at a time. */
+  private readingAhead = false
   private closed = false
   private readonly ignoreIdleError = (): void => {}
 
@@ -907,16 +926,45 @@ export class PgStorage implements Storage {
   async queryUsageColumns (project: ProjectRef, query: UsageQuery): Promise<UsageColumns> {
     if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return usageColumns(0)
     const params = this.usageParams(project, query)
-    const series = (await this.run<{ endpoint_id: string, key_id: string, outcome: UsageOutcome, n: number, points: string }>(
-      this.sql.usageSeries[query.granularity], [...params, query.limit + 1])).rows
-    if (series.reduce((sum, s) => sum + s.n, 0) <= query.limit) {
-      // Read with turns of the event loop. Read as each row came (in pg's
-      // 'row' events), the texts died sooner, but their reading ran inside
-      // the socket's read, which hands over a megabyte at once: 12-15 ms of
-      // CPU without a turn against 7-8 (docs/benchmarks.md).
-      return mergeSeriesColumns(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), query.limit)
-    }
+    const series = await this.usageSeries(params, query)
+    if (bucketsIn(series) <= query.limit) return mergeUsageSeries(series, query.limit)
     return usageColumnsOf(await this.orderedUsage(params, query))
+  }
+
+  /**
+   * The count and the series read run at once, on two connections: a range
+   * within the limit is answered when its read ends, the count's time
+   * hidden behind it (a year of all keys by day: about 40 ms of 175 here,
+   * docs/benchmarks.md), and one over it is refused when its count ends,
+   * its read left to end unheard. That read stops at `limit + 1` buckets, so
+   * it is bounded work, and only one runs at a time: while one does, a query
+   * counts first and reads after, so a client that asks for ranges over the
+   * cap in a loop cannot pile reads up on the database.
+   */
+  async queryUsageWithinLimit (project: ProjectRef, query: UsageQuery): Promise<UsageColumns | null> {
+    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return usageColumns(0)
+    const params = this.usageParams(project, query)
+    const count = async (): Promise<number> => (await this.run<{ n: number }>(this.sql.usageCount[query.granularity], [...params, query.limit + 1])).rows[0].n
+    let series: SeriesRow[]
+    if (this.readingAhead) {
+      if (await count() > query.limit) return null
+      series = await this.usageSeries(params, query)
+    } else {
+      this.readingAhead = true
+      const counting = count()
+      const reading = this.usageSeries(params, query).finally(() => { this.readingAhead = false })
+      // Its failure matters only to a query that waits for it.
+      reading.catch(() => {})
+      if (await counting > query.limit) return null
+      series = await reading
+    }
+    // Buckets written between the count and the read can take it over.
+    return bucketsIn(series) <= query.limit ? mergeUsageSeries(series, query.limit) : null
+  }
+
+  /** The range's first `query.limit + 1` buckets as series (usage-series.ts): enough to tell whether it holds more than the limit. */
+  private async usageSeries (params: unknown[], query: UsageQuery): Promise<SeriesRow[]> {
+    return (await this.run<SeriesRow>(this.sql.usageSeries[query.granularity], [...params, query.limit + 1])).rows
   }
 
   /** The first `query.limit` buckets sorted by the database: for a range that holds more. */

@@ -410,6 +410,13 @@ export interface Storage {
    * it: a long history is then written without an object per row.
    */
   queryUsageColumns? (project: ProjectRef, query: UsageQuery): Promise<UsageColumns>
+  /**
+   * Optional: what `queryUsageColumns` answers when the range holds no more
+   * than `query.limit` rows, or null when it holds more (none of them need
+   * be read). The usage route prefers it to `countUsage` and a read one after
+   * the other: a store can count and read at once (PgStorage does).
+   */
+  queryUsageWithinLimit? (project: ProjectRef, query: UsageQuery): Promise<UsageColumns | null>
   /** Deletes history buckets that start before `before`; answers how many. */
   pruneUsage (before: Date): Promise<number>
 

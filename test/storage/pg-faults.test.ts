@@ -153,6 +153,10 @@ if (url !== null) {
       const started = Date.now()
       await t.rejects((setup.storage as PgStorage).queryUsageColumns(project, query), /^PostgreSQL unavailable: /, `${fault}: refused`)
       t.ok(Date.now() - started < BOUND_MS, `${fault}: within ${BOUND_MS} ms`)
+      // The route's read: a count and a read at once.
+      const again = Date.now()
+      await t.rejects((setup.storage as PgStorage).queryUsageWithinLimit(project, query), /^PostgreSQL unavailable: /, `${fault}: the route's read refused too`)
+      t.ok(Date.now() - again < BOUND_MS, `${fault}: that within ${BOUND_MS} ms too`)
       setup.proxy.restore()
       for (let i = 0; i < 5; i++) t.same(await usage(), before, `${fault}: the same answer once it is back (${i + 1})`)
     }

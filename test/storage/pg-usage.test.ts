@@ -1,28 +1,49 @@
 import t from 'tap'
+import type pg from 'pg'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
 
 // The usage route on PostgreSQL: a range within the row cap answered in the
-// documented order; one over it refused from a count, its rows never read.
+// documented order, its count and its read side by side; one over it
+// refused from the count, never read sorted, and a burst of such requests
+// leaves one read at most behind on the database.
 
 const url = await pgAvailable(t)
 const P = '/api-keys/acme/shop'
 
+type Statement = 'count' | 'series' | 'sorted'
+
+/** Records the usage statements the store sends through its pool, in order; `hold` keeps series reads from starting until it resolves. */
+function watchUsageStatements (storage: PgStorage): { events: string[], hold: (gate: Promise<void> | null) => void } {
+  const events: string[] = []
+  let gate: Promise<void> | null = null
+  const kindOf = (text: string): Statement | null =>
+    text.includes('string_agg') ? 'series' : text.includes('ORDER BY u.start') ? 'sorted' : text.includes('SELECT count(*)::int AS n FROM (SELECT 1') ? 'count' : null
+  const query = storage.pool.query.bind(storage.pool) as (config: pg.QueryConfig) => Promise<pg.QueryResult>
+  ;(storage.pool as unknown as { query: (config: pg.QueryConfig) => Promise<pg.QueryResult> }).query = async (config) => {
+    const kind = kindOf(config.text)
+    if (kind === null) return query(config)
+    events.push(`start ${kind}`)
+    if (kind === 'series' && gate !== null) await gate
+    try {
+      return await query(config)
+    } finally {
+      events.push(`end ${kind}`)
+    }
+  }
+  return { events, hold: (g) => { gate = g } }
+}
+
 if (url !== null) {
-  t.test('usage on PostgreSQL: rows in order within the cap; over it, 400 without reading the rows', async (t) => {
+  t.test('usage on PostgreSQL: rows in order within the cap, counted and read at once; over it, 400 without a sorted read', async (t) => {
     const { schema } = await freshSchema(t, url)
     const storage = new PgStorage({ connectionString: url, schema })
     t.teardown(() => storage.close())
     const { app } = await buildApp(t, { storage, usageQueryMaxRows: 3 })
     const k = await createKey(app)
     await assignKeys(app, 'dataset', [k.id])
-    const reads: string[] = []
-    const queryUsageColumns = storage.queryUsageColumns.bind(storage)
-    storage.queryUsageColumns = async (project, query) => {
-      reads.push(query.granularity)
-      return queryUsageColumns(project, query)
-    }
+    const { events } = watchUsageStatements(storage)
     for (let i = 0; i < 3; i++) await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
     await app.inject({ url: DATASET_URL, query: { api_key: `${k.prefix}-${'y'.repeat(21)}` } })
     await app.inject({ url: DATASET_URL })
@@ -31,12 +52,41 @@ if (url !== null) {
     const rows = answer.json().rows as Array<{ keyId: string | null, outcome: string, count: number }>
     t.same(rows.map((r) => [r.keyId, r.outcome, r.count]), [[null, 'no_key', 1], [k.id, 'ok', 3], [k.id, 'unknown_key', 1]],
       'three rows, by key (none first), then outcome')
-    t.same(reads, ['hour'], 'read once')
+    t.same([...events].sort(), ['end count', 'end series', 'start count', 'start series'], 'one count and one read')
+    t.ok(events.indexOf('start series') < events.indexOf('end count'), 'the read began before the count ended')
 
+    events.length = 0
     await app.inject({ url: DATASET_URL, query: { api_key: 'not-a-key' } })
     const over = await app.inject({ url: `${P}/usage`, headers: ADMIN })
     t.equal(over.statusCode, 400, 'a fourth row is over the cap')
     t.match(over.json().message, /more than 3 rows/)
-    t.same(reads, ['hour'], 'refused from the count: the rows were not read')
+    t.notOk(events.includes('start sorted'), 'nothing read sorted')
+  })
+
+  t.test('usage on PostgreSQL: a burst of ranges over the cap leaves one read at most running', async (t) => {
+    const { schema } = await freshSchema(t, url)
+    const storage = new PgStorage({ connectionString: url, schema })
+    t.teardown(() => storage.close())
+    const { app } = await buildApp(t, { storage, usageQueryMaxRows: 1 })
+    const k = await createKey(app)
+    await assignKeys(app, 'dataset', [k.id])
+    await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
+    await app.inject({ url: DATASET_URL })
+    const { events, hold } = watchUsageStatements(storage)
+    let open = (): void => {}
+    hold(new Promise((resolve) => { open = resolve }))
+    // The first request's read waits at the gate; every request is answered meanwhile.
+    const answers = await Promise.all(Array.from({ length: 5 }, async () => app.inject({ url: `${P}/usage`, headers: ADMIN })))
+    t.same(answers.map((a) => a.statusCode), [400, 400, 400, 400, 400], 'all refused, without waiting for the read')
+    t.equal(events.filter((e) => e === 'start count').length, 5, 'each counted')
+    t.equal(events.filter((e) => e === 'start series').length, 1, 'one read began: the others counted alone while it ran')
+    hold(null)
+    open()
+    while (!events.includes('end series')) await new Promise((resolve) => setImmediate(resolve))
+    const columns = await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' }, {
+      granularity: 'hour', from: new Date(Date.now() - 3_600_000), to: new Date(Date.now() + 3_600_000), limit: 1
+    })
+    t.equal(columns, null, 'the store: two rows are over a limit of one')
+    t.equal(events.filter((e) => e === 'start series').length, 2, 'once the left read ended, the next query read beside its count again')
   })
 }
