@@ -100,12 +100,16 @@ function readSeries (text: string, index: number, points: Points): void {
  * each time, pauses of 5-15 ms.
  */
 export async function mergeSeriesColumns (series: readonly UsageSeries[], limit: number): Promise<UsageColumns> {
-  const ordered = [...series].sort((a, b) => byCode(a.endpointId, b.endpointId) || byCode(a.keyId, b.keyId) || byCode(a.outcome, b.outcome))
+  const byName = (a: UsageSeries, b: UsageSeries): number => byCode(a.endpointId, b.endpointId) || byCode(a.keyId, b.keyId) || byCode(a.outcome, b.outcome)
+  const ordered = [...series].sort(byName)
+  // One name may come in several series (a range read in parts): their points are one series.
+  const names: UsageSeries[] = []
   const points = new Points()
   let read = 0
-  for (const [index, { points: text }] of ordered.entries()) {
-    if (text === '') continue
-    readSeries(text, index, points)
+  for (const s of ordered) {
+    if (names.length === 0 || byName(names[names.length - 1], s) !== 0) names.push(s)
+    if (s.points === '') continue
+    readSeries(s.points, names.length - 1, points)
     if (points.length - read >= TURN) {
       read = points.length
       await setImmediate()
@@ -130,7 +134,7 @@ export async function mergeSeriesColumns (series: readonly UsageSeries[], limit:
   for (let r = 1; r <= starts.length; r++) next[r] += next[r - 1]
   const length = Math.min(points.length, limit)
   const columns = usageColumns(length)
-  columns.series = ordered.map((s) => ({ endpointId: s.endpointId, keyId: s.keyId === '' ? null : s.keyId, outcome: s.outcome }))
+  columns.series = names.map((s) => ({ endpointId: s.endpointId, keyId: s.keyId === '' ? null : s.keyId, outcome: s.outcome }))
   for (let i = 0; i < points.length; i++) {
     const at = next[ranks[i]]++
     if (at < length) {

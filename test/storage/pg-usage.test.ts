@@ -1,11 +1,12 @@
 import t from 'tap'
 import type pg from 'pg'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
+import { usageRowsOf } from '../../lib/storage/usage-columns.js'
 import { ADMIN, assignKeys, buildApp, createKey, DATASET_URL } from '../helper.js'
 import { freshSchema, pgAvailable } from '../pg.js'
 
 // The usage route on PostgreSQL: a range within the row cap answered in the
-// documented order, its count and its read side by side; one over it
+// documented order, its count and its read (in two halves) side by side; one over it
 // refused from the count, never read sorted, and a burst of such requests
 // leaves one read at most behind on the database.
 
@@ -52,8 +53,8 @@ if (url !== null) {
     const rows = answer.json().rows as Array<{ keyId: string | null, outcome: string, count: number }>
     t.same(rows.map((r) => [r.keyId, r.outcome, r.count]), [[null, 'no_key', 1], [k.id, 'ok', 3], [k.id, 'unknown_key', 1]],
       'three rows, by key (none first), then outcome')
-    t.same([...events].sort(), ['end count', 'end series', 'start count', 'start series'], 'one count and one read')
-    t.ok(events.indexOf('start series') < events.indexOf('end count'), 'the read began before the count ended')
+    t.same([...events].sort(), ['end count', 'end series', 'end series', 'start count', 'start series', 'start series'], 'one count, and a read of each half of the range')
+    t.ok(events.lastIndexOf('start series') < events.indexOf('end count'), 'both reads began before the count ended')
 
     events.length = 0
     await app.inject({ url: DATASET_URL, query: { api_key: 'not-a-key' } })
@@ -79,14 +80,36 @@ if (url !== null) {
     const answers = await Promise.all(Array.from({ length: 5 }, async () => app.inject({ url: `${P}/usage`, headers: ADMIN })))
     t.same(answers.map((a) => a.statusCode), [400, 400, 400, 400, 400], 'all refused, without waiting for the read')
     t.equal(events.filter((e) => e === 'start count').length, 5, 'each counted')
-    t.equal(events.filter((e) => e === 'start series').length, 1, 'one read began: the others counted alone while it ran')
+    t.equal(events.filter((e) => e === 'start series').length, 2, 'one request\'s read began (its two halves): the others counted alone while it ran')
     hold(null)
     open()
-    while (!events.includes('end series')) await new Promise((resolve) => setImmediate(resolve))
+    while (events.filter((e) => e === 'end series').length < 2) await new Promise((resolve) => setImmediate(resolve))
     const columns = await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' }, {
       granularity: 'hour', from: new Date(Date.now() - 3_600_000), to: new Date(Date.now() + 3_600_000), limit: 1
     })
     t.equal(columns, null, 'the store: two rows are over a limit of one')
-    t.equal(events.filter((e) => e === 'start series').length, 2, 'once the left read ended, the next query read beside its count again')
+    t.equal(events.filter((e) => e === 'start series').length, 4, 'once the left read ended, the next query read beside its count again')
+  })
+
+  t.test('usage on PostgreSQL: a bucket that starts at the middle of the range is read once, in the second half', async (t) => {
+    const { schema } = await freshSchema(t, url)
+    const storage = new PgStorage({ connectionString: url, schema })
+    t.teardown(() => storage.close())
+    const { app } = await buildApp(t, { storage })
+    const k = await createKey(app)
+    await assignKeys(app, 'dataset', [k.id])
+    const [endpoint] = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string }>
+    const HOUR = 3_600_000
+    const first = Date.UTC(2030, 0, 1)
+    const counts = new Map([0, 1, 2].map((h) => [String(h), { hour: first + h * HOUR, endpointId: endpoint.id, keyId: k.id, outcome: 'ok' as const, count: h + 1 }]))
+    await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
+    const { events } = watchUsageStatements(storage)
+    // [first, first + 2 h): its middle is the start of the second bucket.
+    const columns = await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' },
+      { granularity: 'hour', from: new Date(first), to: new Date(first + 2 * HOUR), limit: 10 })
+    t.same(columns === null ? null : usageRowsOf(columns).map((r) => [r.start.getTime(), r.count]), [[first, 1], [first + HOUR, 2]])
+    t.equal(events.filter((e) => e === 'start series').length, 2, 'read in two halves')
+    t.equal((await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' },
+      { granularity: 'hour', from: new Date(first), to: new Date(first + 3 * HOUR), limit: 2 })), null, 'three buckets are over a limit of two, one half or two')
   })
 }

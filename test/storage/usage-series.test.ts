@@ -2,7 +2,8 @@ import { deepStrictEqual } from 'node:assert/strict'
 import fc from 'fast-check'
 import t from 'tap'
 import { USAGE_OUTCOMES, type UsageOutcome } from '../../lib/storage/storage.js'
-import { mergeSeries, type UsageSeries } from '../../lib/storage/usage-series.js'
+import { mergeSeries, mergeSeriesColumns, type UsageSeries } from '../../lib/storage/usage-series.js'
+import { usageRowsOf } from '../../lib/storage/usage-columns.js'
 
 // PostgreSQL's usage history comes as one text per endpoint, key and outcome,
 // its points in no order (usage-series.ts): merged, it must be the documented
@@ -54,6 +55,18 @@ t.test('series merge into the documented order, cut at the limit', async (t) => 
     deepStrictEqual(rows.map((r) => [r.start.getTime(), r.endpointId, r.keyId, r.outcome, r.count]), expected)
   }), { numRuns: 200 })
   t.pass('200 random histories merged as sorted')
+})
+
+t.test('a range read in parts (its series split at an instant) merges as read whole, each name once', async (t) => {
+  const starts = [1_900_000_000, 0, -62_135_596_800, 1_900_000_000 + 30 * HOUR]
+  await fc.assert(fc.asyncProperty(points, fc.constantFrom(...starts), fc.integer({ min: 0, max: 250 }), async (all, middle, limit) => {
+    const whole = await mergeSeriesColumns(asSeries(all), limit)
+    // As PgStorage reads a long range: the buckets before the middle, then from it on.
+    const parts = await mergeSeriesColumns([...asSeries(all.filter((p) => p.start < middle)), ...asSeries(all.filter((p) => p.start >= middle))], limit)
+    deepStrictEqual(usageRowsOf(parts), usageRowsOf(whole))
+    deepStrictEqual(parts.series, whole.series)
+  }), { numRuns: 200 })
+  t.pass('200 random histories, split at an instant, merged as whole')
 })
 
 t.test('rows of one start share one Date; a long series is merged with turns of the event loop', async (t) => {
