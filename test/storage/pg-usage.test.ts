@@ -112,4 +112,33 @@ if (url !== null) {
     t.equal((await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' },
       { granularity: 'hour', from: new Date(first), to: new Date(first + 3 * HOUR), limit: 2 })), null, 'three buckets are over a limit of two, one half or two')
   })
+
+  t.test('usage on PostgreSQL: concurrent queries, within the cap and over it, each answered as if alone', async (t) => {
+    const { schema } = await freshSchema(t, url)
+    // A pool of 4: the key checks hold one, a read ahead takes three.
+    const storage = new PgStorage({ connectionString: url, schema, poolSize: 4 })
+    t.teardown(() => storage.close())
+    const { app } = await buildApp(t, { storage, usageQueryMaxRows: 40 })
+    const k = await createKey(app)
+    await assignKeys(app, 'dataset', [k.id])
+    const [endpoint] = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string }>
+    const HOUR = 3_600_000
+    const first = Date.UTC(2030, 0, 1)
+    // 60 hourly buckets: 30 in each half of [first, first + 60 h).
+    const counts = new Map(Array.from({ length: 60 }, (_, h) => [String(h), { hour: first + h * HOUR, endpointId: endpoint.id, keyId: k.id, outcome: 'ok' as const, count: h + 1 }]))
+    await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
+    const range = (hours: number): string => `${P}/usage?granularity=hour&from=${new Date(first).toISOString()}&to=${new Date(first + hours * HOUR).toISOString()}`
+    const asked = Array.from({ length: 12 }, (_, i) => [20, 40, 60][i % 3])
+    const answers = await Promise.all(asked.map(async (hours) => app.inject({ url: range(hours), headers: ADMIN })))
+    for (const [i, hours] of asked.entries()) {
+      if (hours > 40) {
+        t.equal(answers[i].statusCode, 400, `${hours} hours: over the cap of 40`)
+      } else {
+        t.equal(answers[i].statusCode, 200, `${hours} hours: within the cap`)
+        t.same((answers[i].json().rows as Array<{ count: number }>).map((r) => r.count), Array.from({ length: hours }, (_, h) => h + 1), `${hours} hours: every bucket once, in order`)
+      }
+    }
+    const data = await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
+    t.equal(data.statusCode, 200, 'the key checks still had their connection')
+  })
 }
