@@ -943,12 +943,12 @@ export class PgStorage implements Storage {
    */
   async queryUsageWithinLimit (project: ProjectRef, query: UsageQuery): Promise<UsageColumns | null> {
     if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return usageColumns(0)
-    const params = this.usageParams(project, query)
-    const count = async (): Promise<number> => (await this.run<{ n: number }>(this.sql.usageCount[query.granularity], [...params, query.limit + 1])).rows[0].n
+    // Counted one further than the limit: more than it is over.
+    const count = async (): Promise<number> => this.countUsage(project, { ...query, limit: query.limit + 1 })
     let series: SeriesRow[]
     if (this.readingAhead) {
       if (await count() > query.limit) return null
-      series = await this.usageSeries(params, query)
+      series = await this.usageSeries(this.usageParams(project, query), query)
     } else {
       this.readingAhead = true
       const counting = count()
