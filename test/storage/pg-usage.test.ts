@@ -1,4 +1,5 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
+import type { FastifyInstance } from 'fastify'
 import type pg from 'pg'
 import { PgStorage } from '../../lib/storage/pg-storage.js'
 import { usageRowsOf } from '../../lib/storage/usage-columns.js'
@@ -36,14 +37,31 @@ function watchUsageStatements (storage: PgStorage): { events: string[], hold: (g
   return { events, hold: (g) => { gate = g } }
 }
 
+/** The plugin on a PgStorage of its own fresh schema, with one key assigned to the dataset. */
+async function keyedApp (t: Test, url: string, options: { usageQueryMaxRows?: number, poolSize?: number } = {}): Promise<{ storage: PgStorage, app: FastifyInstance, k: Awaited<ReturnType<typeof createKey>> }> {
+  const { schema } = await freshSchema(t, url)
+  const storage = new PgStorage({ connectionString: url, schema, poolSize: options.poolSize })
+  t.teardown(() => storage.close())
+  const { app } = await buildApp(t, { storage, usageQueryMaxRows: options.usageQueryMaxRows })
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  return { storage, app, k }
+}
+
+const HOUR = 3_600_000
+/** The first of the hours `hourlyUsage` writes. */
+const FIRST_HOUR = Date.UTC(2030, 0, 1)
+
+/** `hours` hourly buckets of the key's calls on the dataset from FIRST_HOUR, the h-th with a count of h + 1. */
+async function hourlyUsage (storage: PgStorage, app: FastifyInstance, keyId: string, hours: number): Promise<void> {
+  const [endpoint] = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string }>
+  const counts = new Map(Array.from({ length: hours }, (_, h) => [String(h), { hour: FIRST_HOUR + h * HOUR, endpointId: endpoint.id, keyId, outcome: 'ok' as const, count: h + 1 }]))
+  await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
+}
+
 if (url !== null) {
   t.test('usage on PostgreSQL: rows in order within the cap, counted and read at once; over it, 400 without a sorted read', async (t) => {
-    const { schema } = await freshSchema(t, url)
-    const storage = new PgStorage({ connectionString: url, schema })
-    t.teardown(() => storage.close())
-    const { app } = await buildApp(t, { storage, usageQueryMaxRows: 3 })
-    const k = await createKey(app)
-    await assignKeys(app, 'dataset', [k.id])
+    const { storage, app, k } = await keyedApp(t, url, { usageQueryMaxRows: 3 })
     const { events } = watchUsageStatements(storage)
     for (let i = 0; i < 3; i++) await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
     await app.inject({ url: DATASET_URL, query: { api_key: `${k.prefix}-${'y'.repeat(21)}` } })
@@ -65,12 +83,7 @@ if (url !== null) {
   })
 
   t.test('usage on PostgreSQL: a burst of ranges over the cap leaves one read at most running', async (t) => {
-    const { schema } = await freshSchema(t, url)
-    const storage = new PgStorage({ connectionString: url, schema })
-    t.teardown(() => storage.close())
-    const { app } = await buildApp(t, { storage, usageQueryMaxRows: 1 })
-    const k = await createKey(app)
-    await assignKeys(app, 'dataset', [k.id])
+    const { storage, app, k } = await keyedApp(t, url, { usageQueryMaxRows: 1 })
     await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
     await app.inject({ url: DATASET_URL })
     const { events, hold } = watchUsageStatements(storage)
@@ -92,42 +105,24 @@ if (url !== null) {
   })
 
   t.test('usage on PostgreSQL: a bucket that starts at the middle of the range is read once, in the second half', async (t) => {
-    const { schema } = await freshSchema(t, url)
-    const storage = new PgStorage({ connectionString: url, schema })
-    t.teardown(() => storage.close())
-    const { app } = await buildApp(t, { storage })
-    const k = await createKey(app)
-    await assignKeys(app, 'dataset', [k.id])
-    const [endpoint] = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string }>
-    const HOUR = 3_600_000
-    const first = Date.UTC(2030, 0, 1)
-    const counts = new Map([0, 1, 2].map((h) => [String(h), { hour: first + h * HOUR, endpointId: endpoint.id, keyId: k.id, outcome: 'ok' as const, count: h + 1 }]))
-    await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
+    const { storage, app, k } = await keyedApp(t, url)
+    await hourlyUsage(storage, app, k.id, 3)
     const { events } = watchUsageStatements(storage)
-    // [first, first + 2 h): its middle is the start of the second bucket.
+    // [FIRST_HOUR, FIRST_HOUR + 2 h): its middle is the start of the second bucket.
     const columns = await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' },
-      { granularity: 'hour', from: new Date(first), to: new Date(first + 2 * HOUR), limit: 10 })
-    t.same(columns === null ? null : usageRowsOf(columns).map((r) => [r.start.getTime(), r.count]), [[first, 1], [first + HOUR, 2]])
+      { granularity: 'hour', from: new Date(FIRST_HOUR), to: new Date(FIRST_HOUR + 2 * HOUR), limit: 10 })
+    t.same(columns === null ? null : usageRowsOf(columns).map((r) => [r.start.getTime(), r.count]), [[FIRST_HOUR, 1], [FIRST_HOUR + HOUR, 2]])
     t.equal(events.filter((e) => e === 'start series').length, 2, 'read in two halves')
     t.equal((await storage.queryUsageWithinLimit({ organization: 'acme', project: 'shop' },
-      { granularity: 'hour', from: new Date(first), to: new Date(first + 3 * HOUR), limit: 2 })), null, 'three buckets are over a limit of two, one half or two')
+      { granularity: 'hour', from: new Date(FIRST_HOUR), to: new Date(FIRST_HOUR + 3 * HOUR), limit: 2 })), null, 'three buckets are over a limit of two, one half or two')
   })
 
   t.test('usage on PostgreSQL: concurrent queries, within the cap and over it, each answered as if alone', async (t) => {
-    const { schema } = await freshSchema(t, url)
     // A pool of 4: the key checks hold one, a read ahead takes three.
-    const storage = new PgStorage({ connectionString: url, schema, poolSize: 4 })
-    t.teardown(() => storage.close())
-    const { app } = await buildApp(t, { storage, usageQueryMaxRows: 40 })
-    const k = await createKey(app)
-    await assignKeys(app, 'dataset', [k.id])
-    const [endpoint] = (await app.inject({ url: `${P}/endpoints`, headers: ADMIN })).json() as Array<{ id: string }>
-    const HOUR = 3_600_000
-    const first = Date.UTC(2030, 0, 1)
-    // 60 hourly buckets: 30 in each half of [first, first + 60 h).
-    const counts = new Map(Array.from({ length: 60 }, (_, h) => [String(h), { hour: first + h * HOUR, endpointId: endpoint.id, keyId: k.id, outcome: 'ok' as const, count: h + 1 }]))
-    await storage.applyUsage({ calls: new Map(), lastUsed: new Map(), counts })
-    const range = (hours: number): string => `${P}/usage?granularity=hour&from=${new Date(first).toISOString()}&to=${new Date(first + hours * HOUR).toISOString()}`
+    const { storage, app, k } = await keyedApp(t, url, { usageQueryMaxRows: 40, poolSize: 4 })
+    // 60 hourly buckets: 30 in each half of [FIRST_HOUR, FIRST_HOUR + 60 h).
+    await hourlyUsage(storage, app, k.id, 60)
+    const range = (hours: number): string => `${P}/usage?granularity=hour&from=${new Date(FIRST_HOUR).toISOString()}&to=${new Date(FIRST_HOUR + hours * HOUR).toISOString()}`
     const asked = Array.from({ length: 12 }, (_, i) => [20, 40, 60][i % 3])
     const answers = await Promise.all(asked.map(async (hours) => app.inject({ url: range(hours), headers: ADMIN })))
     for (const [i, hours] of asked.entries()) {
