@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process'
 import { createInterface } from 'node:readline'
+import type { Options } from 'autocannon'
 
 /** The routes the benches load on example-bench-server.ts, by their short names. */
 export type BenchRoute = 'json' | 'meta' | 'hand' | 'source' | 'download' | 'bare'
@@ -42,4 +43,24 @@ export async function benchServerStarted (child: ChildProcess): Promise<BenchSer
     }
   }
   throw new Error('bench server did not start')
+}
+
+/**
+ * Load on the example's json at `url` with a new `limit` each request, above
+ * the data's size: the whole data, under a new cache key every time (with
+ * revisions on, every request misses the rendered-body cache).
+ */
+export function missingLoad (url: string, headers: Record<string, string>): Options {
+  let n = 0
+  return { url, requests: [{ method: 'GET', headers, setupRequest: (request) => ({ ...request, path: `${new URL(url).pathname}?format=json&limit=${1_000_000 + n++}` }) }] }
+}
+
+/** A route the profiling benches load: one of the server's, or `miss` (missingLoad on the example's json). */
+export type LoadedRoute = BenchRoute | 'miss'
+
+/** autocannon's options for `route` on a started server, with its key. */
+export function routeLoad (start: BenchServerStart, route: LoadedRoute, connections = 20): Options {
+  const headers = { authorization: `Bearer ${start.key}` }
+  const load = route === 'miss' ? missingLoad(start.urls.json, headers) : { url: start.urls[route], headers }
+  return { ...load, connections }
 }

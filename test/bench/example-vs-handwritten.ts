@@ -34,7 +34,7 @@ import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
-import { benchServerStarted, type BenchServerStart } from './example-bench-start.js'
+import { benchServerStarted, missingLoad, type BenchServerStart } from './example-bench-start.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
@@ -102,12 +102,6 @@ async function load ({ server, options }: Route): Promise<Run> {
 const rate = (r: Result): number => Math.round(r.requests.average)
 const rows: string[][] = []
 
-/** Each request a new `limit` above the data's size: a new cache key every time, the whole data. */
-function missing (url: string, headers: Record<string, string>): Options {
-  let n = 0
-  return { url, requests: [{ method: 'GET', headers, setupRequest: (request) => ({ ...request, path: `${new URL(url).pathname}?format=json&limit=${1_000_000 + n++}` }) }] }
-}
-
 /** The routes of one mode on its servers, and the name of the one each is compared with. */
 function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline: string } {
   const [server] = servers
@@ -125,8 +119,8 @@ function routesOf (servers: Server[]): { routes: Record<string, Route>, baseline
     return {
       baseline: hand,
       routes: {
-        [hand]: { server: handServer, options: missing(handServer.urls.hand, handAuth) },
-        'example: authenticated json of sales, a new limit each request (cache misses)': { server, options: missing(json, auth) }
+        [hand]: { server: handServer, options: missingLoad(handServer.urls.hand, handAuth) },
+        'example: authenticated json of sales, a new limit each request (cache misses)': { server, options: missingLoad(json, auth) }
       }
     }
   }

@@ -10,7 +10,10 @@
 // with everything it called (inclusive).
 // Routes: json (the example's authenticated json of `sales`), meta
 // (meta=entities), hand (the hand-written route), download (a Map key check
-// and the plugin's download code), bare (precomputed bytes). Needs Linux
+// and the plugin's download code), bare (precomputed bytes), miss (the
+// example's json with a new `limit` each request: with CACHE=on, every
+// request misses the rendered-body cache). CACHE=on: the example's datasets
+// keep their revision (json is then served from the cache). Needs Linux
 // `perf`. Inlined functions count under their caller; compare two routes or
 // two versions rather than reading one figure as exact.
 import { spawn } from 'node:child_process'
@@ -21,10 +24,10 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { compileForBench, REPO } from './compile.js'
-import { benchServerStarted, type BenchRoute } from './example-bench-start.js'
+import { benchServerStarted, routeLoad, type LoadedRoute } from './example-bench-start.js'
 import { mainThreadStacks, PERF_NODE_ARGS, recordPerf } from './perf-samples.js'
 
-const routes = (process.argv[2] ?? 'json,hand').split(',')
+const routes = (process.argv[2] ?? 'json,hand').split(',') as LoadedRoute[]
 const seconds = Number(process.argv[3] ?? 8)
 const FREQUENCY = 2000 // samples a second
 const TOP = 25
@@ -37,13 +40,13 @@ else process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
 const entry = compileForBench(join(REPO, 'test/bench/example-bench-server.ts'), join(dir, 'build'))
 // In the temporary folder: the JIT's dump goes to the process's own (PERF_NODE_ARGS).
 const child = spawn(process.execPath, [...PERF_NODE_ARGS, entry], {
-  cwd: dir, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off' }, stdio: ['ignore', 'pipe', 'inherit']
+  cwd: dir, env: { ...process.env, LOG_LEVEL: 'warn', CACHE: process.env.CACHE ?? 'off' }, stdio: ['ignore', 'pipe', 'inherit']
 })
-const { key, urls } = await benchServerStarted(child)
+const start = await benchServerStarted(child)
 
 /** The main thread's samples (stacks of frame names, innermost first) while `route` is loaded, and the requests answered meanwhile. */
-async function record (route: string): Promise<{ stacks: string[][], requests: number }> {
-  const options = { url: urls[route as BenchRoute], headers: { authorization: `Bearer ${key}` }, connections: 20 }
+async function record (route: LoadedRoute): Promise<{ stacks: string[][], requests: number }> {
+  const options = routeLoad(start, route)
   await autocannon({ ...options, duration: 2 }) // warm-up
   const load = autocannon({ ...options, duration: seconds + 3 })
   await sleep(1500)
