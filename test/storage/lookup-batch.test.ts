@@ -18,39 +18,54 @@ function heldRun (): { batches: number[][], answer: (i: number, err?: Error) => 
   }
 }
 
-const settle = async (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+const turn = async (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+/** Two turns of the event loop: a batch that ended in this one has sent the next by then. */
+const settle = async (): Promise<void> => { await turn(); await turn() }
 
-t.test('a lone lookup goes at once; those made meanwhile go together, each answered with its own', async (t) => {
+t.test('a lookup goes at the end of its turn with those of the same turn; those made meanwhile go together, each answered with its own', async (t) => {
   const held = heldRun()
   const batch = new LookupBatch(held.run, 64)
   const first = batch.lookup(1)
-  t.same(held.batches, [[1]], 'no wait when nothing is in flight')
-  const later = [2, 3, 4].map((n) => batch.lookup(n))
-  t.same(held.batches, [[1]], 'the others wait for the batch in flight')
+  const sameTurn = batch.lookup(2)
+  t.same(held.batches, [], 'nothing goes before the turn ends')
+  await settle()
+  t.same(held.batches, [[1, 2]], 'the turn\'s lookups go in one batch, once nothing is in flight')
+  const later = [3, 4, 5].map((n) => batch.lookup(n))
+  await settle()
+  t.same(held.batches, [[1, 2]], 'the others wait for the batch in flight')
   t.equal(batch.waiting, 3)
   held.answer(0)
-  t.equal(await first, 'answer 1')
+  t.same(await Promise.all([first, sameTurn]), ['answer 1', 'answer 2'])
+  const endTurn = batch.lookup(6)
   await settle()
-  t.same(held.batches, [[1], [2, 3, 4]], 'then go in one batch, in their order')
+  t.same(held.batches, [[1, 2], [3, 4, 5, 6]], 'then go in one batch, in their order, with those of the turn the batch ended in')
   held.answer(1)
-  t.same(await Promise.all(later), ['answer 2', 'answer 3', 'answer 4'])
+  t.same(await Promise.all([...later, endTurn]), ['answer 3', 'answer 4', 'answer 5', 'answer 6'])
   t.equal(batch.waiting, 0)
+  await settle()
+  t.equal(held.batches.length, 2, 'no batch goes with nothing to ask')
+  const quiet = batch.lookup(7)
+  await settle()
+  t.same(held.batches[2], [7], 'a lookup on a quiet batch goes at the end of its turn, alone')
+  held.answer(2)
+  t.equal(await quiet, 'answer 7')
 })
 
 t.test('no more than maxBatch - 1 lookups wait: a full batch goes at once', async (t) => {
   const held = heldRun()
   const batch = new LookupBatch(held.run, 3)
   const answers = [1, 2, 3, 4, 5, 6, 7, 8].map((n) => batch.lookup(n))
-  t.same(held.batches, [[1], [2, 3, 4], [5, 6, 7]])
-  t.equal(batch.waiting, 1)
+  t.same(held.batches, [[1, 2, 3], [4, 5, 6]], 'full batches go without waiting for the turn to end')
+  t.equal(batch.waiting, 2)
+  await settle()
+  t.same(held.batches.length, 2, 'the rest wait until no batch is in flight')
   held.answer(0)
   await settle()
-  t.same(held.batches.length, 3, 'the last one waits until no batch is in flight')
+  t.same(held.batches.length, 2)
   held.answer(1)
-  held.answer(2)
   await settle()
-  t.same(held.batches[3], [8])
-  held.answer(3)
+  t.same(held.batches[2], [7, 8])
+  held.answer(2)
   t.same(await Promise.all(answers), [1, 2, 3, 4, 5, 6, 7, 8].map((n) => `answer ${n}`))
 })
 
@@ -58,6 +73,7 @@ t.test('a failed batch rejects its own lookups only', async (t) => {
   const held = heldRun()
   const batch = new LookupBatch(held.run, 64)
   const first = batch.lookup(1)
+  await settle()
   const second = [batch.lookup(2), batch.lookup(3)]
   held.answer(0, new Error('connection lost'))
   await t.rejects(first, { message: 'connection lost' })
@@ -71,9 +87,8 @@ t.test('a failed batch rejects its own lookups only', async (t) => {
 
 t.test('a run that answers the wrong number of lookups rejects them', async (t) => {
   const batch = new LookupBatch<number, string>(async (items) => items.length === 1 ? [] : ['one'])
-  const answers = [batch.lookup(1), batch.lookup(2), batch.lookup(3)]
-  await t.rejects(answers[0], { message: 'LookupBatch: 0 answers to 1 lookups' })
-  await t.rejects(answers[1], { message: 'LookupBatch: 1 answers to 2 lookups' })
-  await t.rejects(answers[2])
+  await t.rejects(batch.lookup(1), { message: 'LookupBatch: 0 answers to 1 lookups' })
+  const together = [batch.lookup(2), batch.lookup(3), batch.lookup(4)]
+  for (const answer of together) await t.rejects(answer, { message: 'LookupBatch: 1 answers to 3 lookups' })
   t.throws(() => new LookupBatch(async () => [], 0), TypeError)
 })
