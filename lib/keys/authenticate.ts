@@ -7,6 +7,8 @@ import {
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError, withDetails
 } from '../errors.js'
 import type { EndpointKeyLookup, EndpointLocator, KeyLimits, Storage } from '../storage/storage.js'
+import { storageFailure, unguarded } from '../storage/guarded-storage.js'
+import { isThenable } from '../host/thenable.js'
 import type { UsageRecorder } from '../storage/usage-recorder.js'
 import type { KeyVerifier } from './key-verifier.js'
 import type { KeyLimiter } from './key-limits.js'
@@ -211,6 +213,7 @@ export function keyChecks ({ usage, throttle, limiter }: Pick<KeyCheckParts, 'us
 export type KeyedRoute = 'data' | 'links'
 
 export function authenticateHook ({ storage, verifier, usage, throttle, limiter, requireHttps }: KeyCheckParts, route: KeyedRoute = 'data') {
+  const lookupStore = unguarded(storage)
   const checks = keyChecks({ usage, throttle, limiter })
   const { admit } = checks
   // Typed here so that TypeScript narrows after a refusal.
@@ -309,9 +312,17 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
 
   /** The endpoint and the key (DESIGN.md §2 steps 3-6), once the key is supplied and the client admitted. */
   function checkKey (call: KeyedCall): Promise<void> | undefined {
-    // The storage guard hands a host's thenable on as a Promise.
-    const found = storage.findEndpointKey(call.locator, call.prefix)
-    return found instanceof Promise ? found.then((lookup) => checkLookup(call, lookup)) : checkLookup(call, found)
+    // Past the guard, its rule applied here: a failed lookup is turned in
+    // the step that goes on with a found one, not in a promise of its own.
+    let found: ReturnType<Storage['findEndpointKey']>
+    try {
+      found = lookupStore.findEndpointKey(call.locator, call.prefix)
+    } catch (err) {
+      throw storageFailure(err)
+    }
+    // A host's store may answer with any thenable: it goes on as a Promise.
+    if (!isThenable(found)) return checkLookup(call, found)
+    return Promise.resolve(found).then((lookup) => checkLookup(call, lookup), (err: unknown) => { throw storageFailure(err) })
   }
 
   function checkLookup (call: KeyedCall, found: EndpointKeyLookup | null): Promise<void> | undefined {

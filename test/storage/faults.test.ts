@@ -264,13 +264,16 @@ t.test('storage failing inside a write: 500 Internal server error, the detail lo
 
 t.test('storage failing on a data request: 500 Internal server error, the detail logged, nothing counted', async (t) => {
   const real = new SqliteStorage({ filename: ':memory:' })
-  let failLookups = 0
+  // How the next lookups fail: a rejected promise, a throw before any
+  // promise, a thenable's rejection (a host's promise library).
+  const failing: Array<'rejects' | 'throws' | 'thenable'> = []
   const flaky: Storage = Object.assign(Object.create(real) as Storage, {
-    async findEndpointKey (...args: Parameters<Storage['findEndpointKey']>) {
-      if (failLookups > 0) {
-        failLookups--
-        throw new Error('database is locked')
-      }
+    findEndpointKey (...args: Parameters<Storage['findEndpointKey']>) {
+      const how = failing.shift()
+      const err = new Error('database is locked')
+      if (how === 'throws') throw err
+      if (how === 'rejects') return Promise.reject(err)
+      if (how === 'thenable') return { then: (_: unknown, reject: (e: Error) => void) => { setImmediate(() => reject(err)) } } as unknown as Promise<null>
       return real.findEndpointKey(...args)
     }
   })
@@ -278,14 +281,14 @@ t.test('storage failing on a data request: 500 Internal server error, the detail
   const { app } = await buildApp(t, { storage: flaky }, { logger: { level: 'error', stream: logs.stream } })
   const k = await createKey(app)
   await assignKeys(app, 'dataset', [k.id])
-  failLookups = 2
-  for (let i = 0; i < 2; i++) {
+  failing.push('rejects', 'rejects', 'throws', 'thenable')
+  for (let i = 0; i < 4; i++) {
     const res = await app.inject({ url: DATASET_URL, query: { api_key: k.key, meta: 'entities' } })
     t.same([res.statusCode, res.json()], [500, { message: 'Internal server error' }])
     t.equal(res.headers['cache-control'], 'no-store')
   }
   const failures = logs.lines().filter((l) => l.statusCode === 500)
-  t.equal(failures.length, 2, 'each failure logged')
+  t.equal(failures.length, 4, 'each failure logged')
   t.ok(failures.every((l) => l.cause.message === 'database is locked'), 'with the storage\'s own message')
   t.same(leaks(logs.raw, [k.key]), [], 'and no key')
   t.equal(await callsOf(app, real), 0, 'a request that never authenticated is not counted')
