@@ -14,7 +14,10 @@
 // Why: runs one after the other on this shared 2-core machine vary by ±15%,
 // more than most changes to the request path. Loaded at the same moment, the
 // two servers see the same machine, and their CPU per request differed by
-// ±4% between rounds of one version against itself (2026-11-26). Throughput
+// ±4% between rounds of one version against itself (2026-11-26). Between
+// runs it can be more: on 2026-11-27 (late night) two forms of one change
+// read 7.7-10.4% and 0-2% cheaper, and 1.0% against each other; trust an
+// effect under ~8% only when several runs agree. Throughput
 // says little here: one autocannon process loading both servers at 5-15k
 // req/s each is itself the bottleneck.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
