@@ -387,7 +387,7 @@ function bucketsIn (series: readonly SeriesRow[]): number {
  * their reading ran inside the socket's read, which hands over a megabyte at
  * once: 12-15 ms of CPU without a turn against 7-8 (docs/benchmarks.md).
  */
-async function mergeUsageSeries (series: readonly SeriesRow[], limit: number): Promise<UsageColumns> {
+function mergeUsageSeries (series: readonly SeriesRow[], limit: number): Promise<UsageColumns> {
   return mergeSeriesColumns(series.map((r) => ({ endpointId: r.endpoint_id, keyId: r.key_id, outcome: r.outcome, points: r.points })), limit)
 }
 
@@ -403,6 +403,11 @@ function hasNul (...values: string[]): boolean {
 function isStorableText (...values: string[]): boolean {
   // isWellFormed: Node 20 has it; TypeScript's ES2023 library does not name it.
   return !hasNul(...values) && values.every((v) => (v as string & { isWellFormed: () => boolean }).isWellFormed())
+}
+
+/** Whether a usage query names text no stored row holds (a NUL): it matches nothing. */
+function matchesNoUsage (project: ProjectRef, query: UsageQuery): boolean {
+  return hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')
 }
 
 function isPrefixTaken (err: unknown): boolean {
@@ -908,7 +913,7 @@ export class PgStorage implements Storage {
   }
 
   async countUsage (project: ProjectRef, query: UsageQuery): Promise<number> {
-    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return 0
+    if (matchesNoUsage(project, query)) return 0
     const { rows } = await this.run<{ n: number }>(this.sql.usageCount[query.granularity], [...this.usageParams(project, query), query.limit])
     return rows[0].n
   }
@@ -924,7 +929,7 @@ export class PgStorage implements Storage {
   }
 
   async queryUsageColumns (project: ProjectRef, query: UsageQuery): Promise<UsageColumns> {
-    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return usageColumns(0)
+    if (matchesNoUsage(project, query)) return usageColumns(0)
     const params = this.usageParams(project, query)
     const series = await this.usageSeries(params, query)
     if (bucketsIn(series) <= query.limit) return mergeUsageSeries(series, query.limit)
@@ -942,7 +947,7 @@ export class PgStorage implements Storage {
    * cap in a loop cannot pile reads up on the database.
    */
   async queryUsageWithinLimit (project: ProjectRef, query: UsageQuery): Promise<UsageColumns | null> {
-    if (hasNul(project.organization, project.project, query.keyId ?? '', query.endpointId ?? '')) return usageColumns(0)
+    if (matchesNoUsage(project, query)) return usageColumns(0)
     // Counted one further than the limit: more than it is over.
     const count = async (): Promise<number> => this.countUsage(project, { ...query, limit: query.limit + 1 })
     let series: SeriesRow[]
