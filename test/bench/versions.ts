@@ -6,7 +6,9 @@
 // bench server (example-bench-server.ts) with CACHE=off and LOG_LEVEL=warn.
 // Routes: json (the example's authenticated json of `sales`), meta
 // (meta=entities), hand (the hand-written route), download (a Map key check
-// and the plugin's download code). Default: json on both. With DATABASE_URL
+// and the plugin's download code), miss (the example's json with its
+// revision and a new `limit` each request: every request misses the
+// rendered-body cache). Default: json on both. With DATABASE_URL
 // and DATABASE_SCHEMA, both on PostgreSQL, in schemas <schema>_a and _b
 // (left behind: drop them after). With 10 connections a server, PostgreSQL
 // mode's batches are small, and its rounds spread ±5% (2026-11-27).
@@ -25,7 +27,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
-import { benchServerStarted } from './example-bench-start.js'
+import { benchServerStarted, missingLoad } from './example-bench-start.js'
 import { compileForBench, REPO } from './compile.js'
 
 const [versionA, versionB] = [process.argv[2], process.argv[3]]
@@ -53,18 +55,19 @@ function sourceOf (version: string, name: string): string {
   return tree
 }
 
-interface Served { child: ChildProcess, url: string, key: string }
+interface Served { child: ChildProcess, url: string, key: string, route: string }
 
 async function serve (entry: string, route: string, name: string): Promise<Served> {
   // With DATABASE_URL, each version on PostgreSQL in a schema of its own
   // (DATABASE_SCHEMA_a, _b): each server assigns its own key to the same endpoint.
   const schema = process.env.DATABASE_SCHEMA === undefined ? {} : { DATABASE_SCHEMA: `${process.env.DATABASE_SCHEMA}_${name}` }
-  const child = spawn(process.execPath, [entry], { env: { ...process.env, LOG_LEVEL: 'warn', CACHE: 'off', ...schema }, stdio: ['ignore', 'pipe', 'inherit'] })
+  const cache = route === 'miss' ? 'on' : 'off'
+  const child = spawn(process.execPath, [entry], { env: { ...process.env, LOG_LEVEL: 'warn', CACHE: cache, ...schema }, stdio: ['ignore', 'pipe', 'inherit'] })
   children.push(child)
   const { key, urls } = await benchServerStarted(child)
-  const url = (urls as Record<string, string | undefined>)[route]
-  if (url === undefined) throw new Error(`route: one of ${Object.keys(urls).join(', ')}, not ${route}`)
-  return { child, url, key }
+  const url = (urls as Record<string, string | undefined>)[route === 'miss' ? 'json' : route]
+  if (url === undefined) throw new Error(`route: one of ${Object.keys(urls).join(', ')} or miss, not ${route}`)
+  return { child, url, key, route }
 }
 
 /** The process's CPU time so far, in µs (utime + stime of /proc/<pid>/stat, in clock ticks of 10 ms). */
@@ -83,7 +86,8 @@ const a = await serve(compiled(versionA, 'a'), routeA, 'a')
 const b = await serve(compiled(versionB, 'b'), routeB, 'b')
 const load = async (s: Served, duration: number): Promise<{ rate: number, cpu: number }> => {
   const before = cpuOf(s.child)
-  const result = await autocannon({ url: s.url, headers: { authorization: `Bearer ${s.key}` }, connections: CONNECTIONS, duration })
+  const headers = { authorization: `Bearer ${s.key}` }
+  const result = await autocannon({ ...(s.route === 'miss' ? missingLoad(s.url, headers) : { url: s.url, headers }), connections: CONNECTIONS, duration })
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${s.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
   return { rate: result.requests.average, cpu: (cpuOf(s.child) - before) / result.requests.total }
 }
