@@ -163,8 +163,11 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
   }
   const etag = dataset.revision === undefined
     ? undefined
-    : datasetEtag(ref, dataset.revision, {
-      ...q,
+    : datasetEtag(ref, dataset, dataset.revision, {
+      format: q.format,
+      meta: q.meta,
+      archiveType: q.archiveType,
+      limit: q.limit,
       entities: q.entities.map((e) => e.name),
       selection: selectionKey(q.selection, changesUntil)
     })
@@ -218,18 +221,23 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
     return sendBody(reply, cached.contentType, cached.fileName, cached.body)
   }
 
-  // Stop reading at the source as soon as the client goes away.
   const abort = new DownloadAbort()
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableFinished) abort.abort()
-  })
   const spec = downloadSpec(dataset, q, context, abort, changesUntil)
   const download = FORMATS[q.format](spec)
   const sent = metrics === null ? undefined : (bytes: number): void => { metrics.downloadSent(q.format, bytes) }
   let body: Buffer | Readable
   try {
+    // A document made whole in this turn has nothing left to stop.
     const whole = download.whole?.()
-    body = whole !== undefined ? whole : await wholeIfSmall(download.body, abort, context.chunkSize, sent)
+    if (whole !== undefined) {
+      body = whole
+    } else {
+      // Stop reading at the source as soon as the client goes away.
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableFinished) abort.abort()
+      })
+      body = await wholeIfSmall(download.body, abort, context.chunkSize, sent)
+    }
   } catch (err) {
     // The client left before anything was sent: there is no one to answer
     // (the close is logged by the data routes).

@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import type { ResourceRef } from '../host/dataset-source.js'
+import type { Dataset, ResourceRef } from '../host/dataset-source.js'
 
 // Conditional GET for datasets that carry a `revision` (issue 10). The ETag
 // is weak: the same revision rendered twice gives equivalent data, not
@@ -21,15 +21,85 @@ export interface BodyShape {
 /** Bump when the way a body is rendered changes, so that old ETags stop matching. */
 const RENDERING_VERSION = '1'
 
-export function datasetEtag (ref: ResourceRef, revision: string, shape: BodyShape): string {
+/** A dataset revision's tag, and what it was made of. */
+interface RevisionTag {
+  ref: ResourceRef
+  revision: string
+  names: readonly string[]
+  /** SHA-256 of the reference, revision and entity names: 27 base64url characters */
+  tag: string
+}
+
+// Per Dataset object, the tag of the revision it last had: a host that hands
+// out the same object on each request (as it should) pays the digest once
+// per revision.
+const revisionTags = new WeakMap<Dataset, RevisionTag>()
+
+function digest (text: string): string {
   // One-shot: createHash sets up a hashing context per call, which cost a
   // cache miss several times what the hash itself does.
-  const digest = hash('sha256', JSON.stringify([
-    RENDERING_VERSION, ref.organization, ref.project, ref.modelSequence, ref.resourceSequence, revision,
-    shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, shape.entities,
-    ...(shape.selection == null ? [] : [shape.selection])
-  ]), 'base64url')
-  return `W/"${digest.slice(0, 27)}"`
+  return hash('sha256', text, 'base64url').slice(0, 27)
+}
+
+function sameRef (a: ResourceRef, b: ResourceRef): boolean {
+  return a.organization === b.organization && a.project === b.project &&
+    a.modelSequence === b.modelSequence && a.resourceSequence === b.resourceSequence
+}
+
+function sameNames (names: readonly string[], dataset: Dataset): boolean {
+  const { entities } = dataset
+  if (names.length !== entities.length) return false
+  for (let i = 0; i < names.length; i++) if (names[i] !== entities[i].name) return false
+  return true
+}
+
+/** The digest of the dataset's reference, revision and entity names, made once per revision. */
+function revisionTag (ref: ResourceRef, dataset: Dataset, revision: string): RevisionTag {
+  let known = revisionTags.get(dataset)
+  if (known === undefined || known.revision !== revision || !sameRef(known.ref, ref) || !sameNames(known.names, dataset)) {
+    const names = dataset.entities.map((e) => e.name)
+    const { organization, project, modelSequence, resourceSequence } = ref
+    known = {
+      ref: { organization, project, modelSequence, resourceSequence },
+      revision,
+      names,
+      tag: digest(JSON.stringify([RENDERING_VERSION, organization, project, modelSequence, resourceSequence, revision, names]))
+    }
+    revisionTags.set(dataset, known)
+  }
+  return known
+}
+
+/** The body's entities as the tag writes them: `*` for all, in order, else the one's place; undefined for any other choice. */
+function entitiesCode (known: RevisionTag, entities: readonly string[]): string | undefined {
+  const { names } = known
+  if (entities.length === names.length) {
+    let all = true
+    for (let i = 0; i < names.length && all; i++) all = entities[i] === names[i]
+    if (all) return '*'
+  }
+  if (entities.length !== 1) return undefined
+  const at = names.indexOf(entities[0])
+  return at < 0 ? undefined : String(at)
+}
+
+/**
+ * A download's ETag. A plain download (no columns, filters nor since) is
+ * tagged with its revision's digest and its shape in clear: format, meta,
+ * archive type, limit and entities, each from a fixed set or digits, joined
+ * by `:`, which none of them holds. So a request whose `limit` is new each
+ * time (every request a cache miss) costs no digest of its own. Any other
+ * shape is digested with the revision's tag; its tag holds no `:`, so the
+ * two kinds never meet. No tag holds a `.`: a rendered file's strong ETag
+ * adds one (ifNoneMatchHits).
+ */
+export function datasetEtag (ref: ResourceRef, dataset: Dataset, revision: string, shape: BodyShape): string {
+  const known = revisionTag(ref, dataset, revision)
+  const entities = shape.selection == null ? entitiesCode(known, shape.entities) : undefined
+  if (entities !== undefined) {
+    return `W/"${known.tag}:${shape.format}:${shape.meta ?? ''}:${shape.archiveType}:${shape.limit ?? ''}:${entities}"`
+  }
+  return `W/"${digest(JSON.stringify([known.tag, shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, shape.entities, shape.selection ?? null]))}"`
 }
 
 /**
