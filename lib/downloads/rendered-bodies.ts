@@ -50,9 +50,13 @@ export class RenderedBodies {
   }
 }
 
-/** The ETag's slot: a hash of its last characters (an ETag ends in a digest, then a quote). */
+/**
+ * The ETag's slot: a hash of the whole tag. A plain download's tag ends in
+ * its shape, the same for every dataset polled the same way; its start is the
+ * revision's digest (dataset-etag.ts).
+ */
 function slotOf (etag: string): number {
   let h = 0
-  for (let i = Math.max(0, etag.length - 9); i < etag.length; i++) h = Math.imul(h, 31) + etag.charCodeAt(i)
+  for (let i = 0; i < etag.length; i++) h = Math.imul(h, 31) + etag.charCodeAt(i)
   return h & (RENDERED_ONCE_SLOTS - 1)
 }
