@@ -1,7 +1,7 @@
 import { setTimeout } from 'node:timers/promises'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { isKeyAt, KEY_PREFIX_LENGTH, keyPrefixOf, loggablePrefix } from './api-key.js'
-import { clientKey, type FailureThrottle } from './failure-throttle.js'
+import { ThrottleClient, type FailureThrottle } from './failure-throttle.js'
 import {
   DisabledKeyError, ExpiredKeyError, HttpsRequiredError, MethodNotAllowedError, NotAuthorizedError, NotFoundError,
   TooManyFailuresError, UnknownEndpointError, UnknownKeyError, VerificationBusyError, withDetails
@@ -176,8 +176,8 @@ export interface KnownKey {
  * `admit`, so that it applies to links too.
  */
 export function keyChecks ({ usage, throttle, limiter }: Pick<KeyCheckParts, 'usage' | 'throttle' | 'limiter'>) {
-  function refuse (client: string, error: Error): never {
-    throttle?.recordFailure(client)
+  function refuse (client: ThrottleClient, error: Error): never {
+    throttle?.recordFailure(client.name)
     throw error
   }
 
@@ -186,7 +186,7 @@ export function keyChecks ({ usage, throttle, limiter }: Pick<KeyCheckParts, 'us
    * Answers a promise only when the key has limits to check: a key without
    * any has nothing to wait for.
    */
-  function admit (client: string, endpointId: string, key: KnownKey, reply: FastifyReply, download: boolean): Promise<void> | undefined {
+  function admit (client: ThrottleClient, endpointId: string, key: KnownKey, reply: FastifyReply, download: boolean): Promise<void> | undefined {
     // An expired key is inactive too; the clock is read on every request,
     // so a memoised comparison never outlives the expiry.
     if (!key.isActive) {
@@ -217,7 +217,7 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
   const checks = keyChecks({ usage, throttle, limiter })
   const { admit } = checks
   // Typed here so that TypeScript narrows after a refusal.
-  const refuse: (client: string, error: Error) => never = checks.refuse
+  const refuse: (client: ThrottleClient, error: Error) => never = checks.refuse
 
   // A key verified here before passes a client's bound: a neighbour behind
   // the same address keeps working (its key still goes through every check).
@@ -287,23 +287,23 @@ export function authenticateHook ({ storage, verifier, usage, throttle, limiter,
     const { prefix } = supplied
     // (A prefix means the supplied value is a well-formed key, so a string.)
     const valueDigest = prefix === null ? null : verifier.digestOf(supplied.value as string)
-    const call: KeyedCall = { request, reply, locator, supplied: supplied.value, client: clientKey(ip), prefix, valueDigest }
+    const call: KeyedCall = { request, reply, locator, supplied: supplied.value, client: new ThrottleClient(ip), prefix, valueDigest }
     // A key verified here before goes through every check but the throttle's
     // (the usual case): its attempts need no counting, and past the client's
     // bound it passes all the same.
     if (throttle === null || verifiedBefore(call)) return checkKey(call)
     // Admitted attempts count as in flight until settled, so a burst
     // cannot pass the check before its failures are recorded.
-    const wait = throttle.admit(call.client)
-    if (wait === 0) return settledAfter(throttle, call.client, () => checkKey(call))
+    const wait = throttle.admit(call.client.name)
+    if (wait === 0) return settledAfter(throttle, call.client.name, () => checkKey(call))
     // A client over its bound is refused before any storage read or bcrypt.
     return heldCheck(throttle, call)
   }
 
   async function heldCheck (throttle: FailureThrottle, call: KeyedCall): Promise<void> {
     await hold(throttle.delayMs, call.valueDigest)
-    const wait = throttle.admit(call.client)
-    if (wait === 0) return settledAfter(throttle, call.client, () => checkKey(call))
+    const wait = throttle.admit(call.client.name)
+    if (wait === 0) return settledAfter(throttle, call.client.name, () => checkKey(call))
     if (!verifiedBefore(call)) {
       throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
     }
@@ -396,8 +396,8 @@ interface KeyedCall {
   reply: FastifyReply
   locator: EndpointLocator
   supplied: unknown
-  /** the failure throttle's name for the client */
-  client: string
+  /** the client as the failure throttle names it, when it asks */
+  client: ThrottleClient
   /** null when the supplied value is no well-formed key */
   prefix: string | null
   /** the verifier's digest of the supplied value; null with the prefix */

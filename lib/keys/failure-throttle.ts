@@ -51,6 +51,20 @@ export function clientKey (ip: string): string {
 }
 
 /**
+ * A request's client as the throttle names it (`clientKey`), made when first
+ * asked: a request that is neither refused nor counted as an attempt (a key
+ * verified here before) never asks, and an IPv6 address costs about 1.4 µs
+ * to name.
+ */
+export class ThrottleClient {
+  #name: string | undefined
+  constructor (readonly ip: string) {}
+  get name (): string {
+    return (this.#name ??= clientKey(this.ip))
+  }
+}
+
+/**
  * Counts failed authentications per client (see `clientKey`) in fixed
  * windows. Beyond the spec: a client over its bound gets 429 with
  * `Retry-After` until its window ends, so a brute-force run cannot keep the

@@ -1,7 +1,7 @@
 import { setTimeout } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { keyChecks, isLoopback, authenticateHook, type AuthenticatedCall } from '../keys/authenticate.js'
-import { clientKey } from '../keys/failure-throttle.js'
+import { ThrottleClient } from '../keys/failure-throttle.js'
 import { newLinkId } from '../keys/link-tokens.js'
 import { downloadFileName, parseDownloadQuery, sendDataset, type DownloadContext } from '../downloads/dataset-download.js'
 import { checkEntities } from '../formats/entity-model.js'
@@ -95,18 +95,18 @@ export async function linkRoutes (app: FastifyInstance, { ctx, download, baseUrl
    * instead of taking the event loop. A client over its bound then gets 429,
    * as for keys. Nobody with a good link waits: only garbage is held.
    */
-  async function refuseToken (client: string): Promise<never> {
+  async function refuseToken (client: ThrottleClient): Promise<never> {
     if (throttle !== null) {
-      throttle.recordFailure(client)
-      const wait = throttle.over(client)
+      throttle.recordFailure(client.name)
+      const wait = throttle.over(client.name)
       await setTimeout(throttle.delayMs)
       if (wait > 0) throw withDetails(new TooManyFailuresError(), { headers: { 'retry-after': String(wait) } })
     }
     throw new UnknownLinkError()
   }
 
-  function refuse (client: string, error: Error): never {
-    throttle?.recordFailure(client)
+  function refuse (client: ThrottleClient, error: Error): never {
+    throttle?.recordFailure(client.name)
     throw error
   }
 
@@ -115,7 +115,7 @@ export async function linkRoutes (app: FastifyInstance, { ctx, download, baseUrl
     reply.header('referrer-policy', 'no-referrer').header('cache-control', 'private, no-store')
     if (options.requireHttps && request.protocol !== 'https' && !isLoopback(request.ip)) throw new HttpsRequiredError()
     const parts = linkPathParts((request.params as Record<string, string>)['*'])
-    const client = clientKey(request.ip)
+    const client = new ThrottleClient(request.ip)
     const claims = parts === null ? null : await links.verify(parts.token, parts.fileName)
     if (claims === null) return refuseToken(client)
 
