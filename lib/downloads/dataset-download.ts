@@ -168,7 +168,7 @@ export async function sendDataset (request: FastifyRequest, reply: FastifyReply,
       meta: q.meta,
       archiveType: q.archiveType,
       limit: q.limit,
-      entities: q.entities.map((e) => e.name),
+      entities: q.entities,
       selection: selectionKey(q.selection, changesUntil)
     })
   // The body may come compressed or not, by the request's Accept-Encoding

@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import type { Dataset, ResourceRef } from '../host/dataset-source.js'
+import type { Dataset, Entity, ResourceRef } from '../host/dataset-source.js'
 
 // Conditional GET for datasets that carry a `revision` (issue 10). The ETag
 // is weak: the same revision rendered twice gives equivalent data, not
@@ -12,8 +12,8 @@ export interface BodyShape {
   meta: string | undefined
   archiveType: string
   limit: number | undefined
-  /** the entities the body holds, in order */
-  entities: readonly string[]
+  /** the entities the body holds, in order: the dataset's own, or projections of one (with a selection) */
+  entities: readonly Entity[]
   /** the typed columns, filters, since and change bound (consumer-query.ts selectionKey), or null */
   selection?: string | null
 }
@@ -70,16 +70,21 @@ function revisionTag (ref: ResourceRef, dataset: Dataset, revision: string): Rev
   return known
 }
 
-/** The body's entities as the tag writes them: `*` for all, in order, else the one's place; undefined for any other choice. */
-function entitiesCode (known: RevisionTag, entities: readonly string[]): string | undefined {
-  const { names } = known
-  if (entities.length === names.length) {
-    let all = true
-    for (let i = 0; i < names.length && all; i++) all = entities[i] === names[i]
-    if (all) return '*'
+/**
+ * The body's entities as the tag writes them: `*` for all of the dataset's,
+ * in order, else the one's place among them; undefined for any other choice.
+ * Told by the entities themselves: their names are the revision tag's.
+ */
+function entitiesCode (dataset: Dataset, entities: readonly Entity[]): string | undefined {
+  const all = dataset.entities
+  if (entities === all) return '*'
+  if (entities.length === all.length) {
+    let same = true
+    for (let i = 0; i < all.length && same; i++) same = entities[i] === all[i]
+    if (same) return '*'
   }
   if (entities.length !== 1) return undefined
-  const at = names.indexOf(entities[0])
+  const at = all.indexOf(entities[0])
   return at < 0 ? undefined : String(at)
 }
 
@@ -95,11 +100,12 @@ function entitiesCode (known: RevisionTag, entities: readonly string[]): string 
  */
 export function datasetEtag (ref: ResourceRef, dataset: Dataset, revision: string, shape: BodyShape): string {
   const known = revisionTag(ref, dataset, revision)
-  const entities = shape.selection == null ? entitiesCode(known, shape.entities) : undefined
+  const entities = shape.selection == null ? entitiesCode(dataset, shape.entities) : undefined
   if (entities !== undefined) {
     return `W/"${known.tag}:${shape.format}:${shape.meta ?? ''}:${shape.archiveType}:${shape.limit ?? ''}:${entities}"`
   }
-  return `W/"${digest(JSON.stringify([known.tag, shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, shape.entities, shape.selection ?? null]))}"`
+  const names = shape.entities.map((e) => e.name)
+  return `W/"${digest(JSON.stringify([known.tag, shape.format, shape.meta ?? null, shape.archiveType, shape.limit ?? null, names, shape.selection ?? null]))}"`
 }
 
 /**

@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import t from 'tap'
-import type { Dataset, ResourceRef } from '../../lib/index.js'
+import type { Dataset, Entity, ResourceRef } from '../../lib/index.js'
 import { datasetEtag, ifNoneMatchHits, type BodyShape } from '../../lib/downloads/dataset-etag.js'
 import { ARCHIVE_TYPES, FORMAT_NAMES } from '../../lib/formats/types.js'
 
@@ -14,9 +14,16 @@ function datasetOf (names: readonly string[], revision = 'r1'): Dataset {
   return { name: 'sales', revision, entities: names.map((name) => ({ name, columns: [{ name: 'id', type: 'integer' }] })), rows: () => [] }
 }
 
-const tag = (dataset: Dataset, shape: Partial<BodyShape> = {}, ref = REF): string =>
+/** The tag of a shape whose entities are named: the dataset's own entities by those names (all by default), as parseDownloadQuery chooses them. */
+const tag = (dataset: Dataset, { entities, ...shape }: Partial<Omit<BodyShape, 'entities'>> & { entities?: readonly string[] } = {}, ref = REF): string =>
   datasetEtag(ref, dataset, dataset.revision as string, {
-    format: 'json', meta: undefined, archiveType: 'zip', limit: undefined, entities: dataset.entities.map((e) => e.name), selection: null, ...shape
+    format: 'json',
+    meta: undefined,
+    archiveType: 'zip',
+    limit: undefined,
+    entities: entities === undefined ? dataset.entities : entities.map((name) => dataset.entities.find((e) => e.name === name) as Entity),
+    selection: null,
+    ...shape
   })
 
 // What an entity-tag may hold (RFC 9110 §8.8.3: etagc), less the comma that

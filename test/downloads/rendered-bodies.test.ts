@@ -10,7 +10,7 @@ import { RenderedBodies } from '../../lib/downloads/rendered-bodies.js'
 
 const ref = (resourceSequence: number): ResourceRef => ({ organization: 'acme', project: 'shop', modelSequence: 1, resourceSequence })
 const dataset: Dataset = { name: 'd', revision: 'r1', entities: [{ name: 'rows', columns: [{ name: 'id', type: 'integer' }] }], rows: () => [] }
-const plainJson = { format: 'json', meta: undefined, archiveType: 'zip', limit: undefined, entities: ['rows'], selection: null }
+const plainJson = { format: 'json', meta: undefined, archiveType: 'zip', limit: undefined, entities: dataset.entities, selection: null }
 
 t.test('datasets polled alike, interleaved: each body is kept from its second rendering', async (t) => {
   const bodies = new RenderedBodies(1024 * 1024)
