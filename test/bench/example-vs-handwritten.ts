@@ -23,6 +23,7 @@
 //   ROUNDS         runs of each route, default 3 (the median counts)
 //   FRESH=1        new server processes for every round (see below)
 //   ONLY           the routes to run besides the hand-written one (see below)
+//   WARMUP         seconds of load on each route before a round's runs, default 2
 //   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
 //                  `npm start` runs the example; default: compiled (compile.ts)
 //                  under plain node, as a host runs the package
@@ -55,6 +56,7 @@ const fresh = process.env.FRESH === '1'
 // routes and the hand-written one, as an outside check that loads one route
 // would; each server then warms up and runs only its own routes.
 const only = process.env.ONLY?.split(',')
+const warmUpSeconds = Number(process.env.WARMUP ?? 2)
 
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
 process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
@@ -143,7 +145,7 @@ for (const level of levels) {
       ? [await startServer(level), await startServer(level, { DATABASE_URL: pgUrl, DATABASE_SCHEMA: `bench_example_${process.pid}` })]
       : [await startServer(level, mode === 'uncached' ? { CACHE: 'off' } : {})]
     if (handApart && mode !== 'pg') started.push(await startServer(level))
-    for (const route of Object.values(routesOf(started).routes)) await load({ ...route, options: { ...route.options, duration: 2 } }) // warm-up
+    for (const route of Object.values(routesOf(started).routes)) await load({ ...route, options: { ...route.options, duration: warmUpSeconds } }) // warm-up
     return started
   }
   let servers = await startServers()
@@ -173,7 +175,7 @@ for (const level of levels) {
 
 const versus = mode === 'pg' ? 'SQLite storage' : 'hand-written'
 console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ` +
-  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}${handApart ? ', the hand-written routes in a process of their own' : ''}; ${seconds} s per run, ${connections} connections, median of ${ROUNDS} interleaved runs${fresh ? ', each round in new server processes' : ''}\n`)
+  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}${handApart ? ', the hand-written routes in a process of their own' : ''}; ${seconds} s per run after ${warmUpSeconds} s of warm-up a route, ${connections} connections, median of ${ROUNDS} interleaved runs${fresh ? ', each round in new server processes' : ''}\n`)
 console.log(`| LOG_LEVEL | route | req/s (median) | req/s of each run | p99 ms | server CPU µs/req | throughput vs ${versus} | CPU vs ${versus} |`)
 console.log('|---|---|---:|---:|---:|---:|---:|---:|')
 for (const r of rows) console.log(`| ${r.join(' | ')} |`)
