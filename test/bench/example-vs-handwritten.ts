@@ -23,7 +23,7 @@
 //   ROUNDS         runs of each route, default 3 (the median counts)
 //   FRESH=1        new server processes for every round (see below)
 //   ONLY           the routes to run besides the hand-written one (see below)
-//   WARMUP         seconds of load on each route before a round's runs, default 2
+//   WARMUP         seconds of load on each route before a round's runs, default 10 (see below)
 //   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
 //                  `npm start` runs the example; default: compiled (compile.ts)
 //                  under plain node, as a host runs the package
@@ -56,7 +56,12 @@ const fresh = process.env.FRESH === '1'
 // routes and the hand-written one, as an outside check that loads one route
 // would; each server then warms up and runs only its own routes.
 const only = process.env.ONLY?.split(',')
-const warmUpSeconds = Number(process.env.WARMUP ?? 2)
+// A server's optimizing compiler works through its first 10 seconds of
+// load (--trace-opt: 636 compiler events in the first 5 s, 113 in the next
+// 5, a handful after). With 2 s a route, a side whose process served only its one route
+// was measured still compiling: on 2026-11-28 the example's json read
+// 0.84-0.92 of a hand-written route warmed that way, and 0.76 warmed 10 s.
+const warmUpSeconds = Number(process.env.WARMUP ?? 10)
 
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
 process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
