@@ -58,9 +58,10 @@ const fresh = process.env.FRESH === '1'
 const only = process.env.ONLY?.split(',')
 // A server's optimizing compiler works through its first 10 seconds of
 // load (--trace-opt: 636 compiler events in the first 5 s, 113 in the next
-// 5, a handful after). With 2 s a route, a side whose process served only its one route
-// was measured still compiling: on 2026-11-28 the example's json read
-// 0.84-0.92 of a hand-written route warmed that way, and 0.76 warmed 10 s.
+// 5, a handful after). With 2 s a route, a side whose process served only
+// its one route was measured still compiling: on 2026-11-28 the example's
+// json read 0.84-0.92 of a hand-written route warmed that way (ONLY=json),
+// and 0.76 with both warmed 10 s.
 const warmUpSeconds = Number(process.env.WARMUP ?? 10)
 
 const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
