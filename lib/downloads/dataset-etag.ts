@@ -77,7 +77,6 @@ function revisionTag (ref: ResourceRef, dataset: Dataset, revision: string): Rev
  */
 function entitiesCode (dataset: Dataset, entities: readonly Entity[]): string | undefined {
   const all = dataset.entities
-  if (entities === all) return '*'
   if (entities.length === all.length) {
     let same = true
     for (let i = 0; i < all.length && same; i++) same = entities[i] === all[i]
