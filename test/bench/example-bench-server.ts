@@ -10,7 +10,8 @@
 //   /hand/download  the Map key check, then the plugin's download code
 //                   (sendDataset) over the example's source: what the plugin's
 //                   rendering costs; the example's route adds its key check
-//   /bench/cpu    the process's CPU time so far
+// (The benches read the process's CPU time from /proc, process-cpu.ts: a
+// route for it here was itself a request to a second Fastify instance.)
 // The example's own routes answer on the first port. Env: LOG_LEVEL (default
 // info); CACHE=off: the example's datasets lose their revision, so that no
 // download is served from the plugin's rendered-body cache (a host that gives
@@ -98,7 +99,6 @@ hand.get('/hand/download', async (request, reply) => {
   return sendDataset(request, reply, sales, SALES_REF, download)
 })
 hand.get('/bare', async (request, reply) => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody))
-hand.get('/bench/cpu', async () => process.cpuUsage())
 
 const examplePort = await listen(example)
 const handPort = await listen(hand)

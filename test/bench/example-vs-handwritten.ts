@@ -36,6 +36,7 @@ import autocannon, { type Options, type Result } from 'autocannon'
 import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
 import { benchServerStarted, missingLoad, type BenchServerStart } from './example-bench-start.js'
+import { processCpu } from './process-cpu.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
@@ -69,13 +70,13 @@ process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
 const serverSource = join(REPO, 'test/bench/example-bench-server.ts')
 const serverEntry = underTsx ? serverSource : compileForBench(serverSource, buildDir)
 
-interface Server { child: ChildProcess, hand: string, key: string, urls: BenchServerStart['urls'], schema?: string }
+interface Server { child: ChildProcess, key: string, urls: BenchServerStart['urls'], schema?: string }
 
 async function startServer (logLevel: string, env: Record<string, string> = {}): Promise<Server> {
   const args = underTsx ? ['--import', 'tsx', serverEntry] : [serverEntry]
   const child = spawn(process.execPath, args, { cwd: REPO, env: { ...process.env, LOG_LEVEL: logLevel, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
-  const { key, hand, urls } = await benchServerStarted(child)
-  return { child, key, hand, urls, schema: env.DATABASE_SCHEMA }
+  const { key, urls } = await benchServerStarted(child)
+  return { child, key, urls, schema: env.DATABASE_SCHEMA }
 }
 
 async function stopServer (server: Server): Promise<void> {
@@ -90,19 +91,19 @@ async function stopServer (server: Server): Promise<void> {
 
 type Run = Result & { cpuPerRequest: number }
 
-async function serverCpu (server: Server): Promise<number> {
-  const { user, system } = await (await fetch(`${server.hand}/bench/cpu`)).json() as { user: number, system: number }
-  return user + system
-}
+// Read from /proc (process-cpu.ts): a request for it would be a request to
+// a second Fastify instance in the example's process, which deoptimised the
+// example's hot path and read its json about 10% dearer (2026-11-28).
+const serverCpu = (server: Server): number => processCpu(server.child)
 
 /** A route to load, on one server. */
 interface Route { server: Server, options: Options }
 
 /** One autocannon run, with the server's CPU time per request (µs): steadier than throughput on a shared machine. */
 async function load ({ server, options }: Route): Promise<Run> {
-  const before = await serverCpu(server)
+  const before = serverCpu(server)
   const result = await autocannon({ connections, pipelining: 1, duration: seconds, ...options })
-  const cpu = await serverCpu(server) - before
+  const cpu = serverCpu(server) - before
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${options.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
   return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
 }

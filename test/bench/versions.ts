@@ -23,12 +23,13 @@
 // says little here: one autocannon process loading both servers at 5-15k
 // req/s each is itself the bottleneck.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { benchServerStarted, missingLoad } from './example-bench-start.js'
 import { compileForBench, REPO } from './compile.js'
+import { processCpu } from './process-cpu.js'
 
 const [versionA, versionB] = [process.argv[2], process.argv[3]]
 if (versionA === undefined || versionB === undefined) throw new Error('usage: versions.ts <A> <B> [route or routeA,routeB] [seconds] [rounds]')
@@ -70,12 +71,6 @@ async function serve (entry: string, route: string, name: string): Promise<Serve
   return { child, url, key, route }
 }
 
-/** The process's CPU time so far, in µs (utime + stime of /proc/<pid>/stat, in clock ticks of 10 ms). */
-function cpuOf (child: ChildProcess): number {
-  const fields = readFileSync(`/proc/${child.pid as number}/stat`, 'utf8').split(') ')[1].split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * 10_000
-}
-
 /** The example bench server of a version, compiled. */
 function compiled (version: string, name: string): string {
   const source = sourceOf(version, name)
@@ -85,11 +80,11 @@ function compiled (version: string, name: string): string {
 const a = await serve(compiled(versionA, 'a'), routeA, 'a')
 const b = await serve(compiled(versionB, 'b'), routeB, 'b')
 const load = async (s: Served, duration: number): Promise<{ rate: number, cpu: number }> => {
-  const before = cpuOf(s.child)
+  const before = processCpu(s.child)
   const headers = { authorization: `Bearer ${s.key}` }
   const result = await autocannon({ ...(s.route === 'miss' ? missingLoad(s.url, headers) : { url: s.url, headers }), connections: CONNECTIONS, duration })
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${s.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
-  return { rate: result.requests.average, cpu: (cpuOf(s.child) - before) / result.requests.total }
+  return { rate: result.requests.average, cpu: (processCpu(s.child) - before) / result.requests.total }
 }
 await Promise.all([load(a, 2), load(b, 2)]) // warm-up
 

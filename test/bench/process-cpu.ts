@@ -1,0 +1,21 @@
+import type { ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+
+/** Linux's clock tick (`getconf CLK_TCK`), the unit of /proc's CPU times. */
+const MICROS_PER_TICK = 10_000
+
+/**
+ * A server process's CPU time so far, in µs: user and system time of all
+ * its threads (utime + stime of /proc/<pid>/stat), read from outside, so
+ * that measuring sends the server nothing. A request to the bench server's
+ * CPU route (/bench/cpu, on a Fastify instance of its own) deoptimised the
+ * example's hot path in that process: --trace-deopt counted 48 deopts after
+ * one such request, most "wrong map" (fastify's routeHandler, onSendEnd and
+ * preHandlerCallback, find-my-way's find, node:http's parserOnIncoming,
+ * pino's child), and the example's json cost about 10% more a request
+ * after it (2026-11-28).
+ */
+export function processCpu (child: ChildProcess): number {
+  const fields = readFileSync(`/proc/${child.pid as number}/stat`, 'utf8').split(') ')[1].split(' ')
+  return (Number(fields[11]) + Number(fields[12])) * MICROS_PER_TICK
+}
