@@ -9,11 +9,11 @@ const MICROS_PER_TICK = 10_000
  * its threads (utime + stime of /proc/<pid>/stat), read from outside, so
  * that measuring sends the server nothing. A request to the bench server's
  * CPU route (/bench/cpu, on a Fastify instance of its own) deoptimised the
- * example's hot path in that process: --trace-deopt counted 48 deopts after
- * one such request, most "wrong map" (fastify's routeHandler, onSendEnd and
- * preHandlerCallback, find-my-way's find, node:http's parserOnIncoming,
- * pino's child), and the example's json cost about 10% more a request
- * after it (2026-11-28).
+ * example's hot path in that process: --trace-deopt counted 48 deopts in
+ * the 5 s of load after one such request (10 in the 12 s before), most
+ * "wrong map" (fastify's routeHandler, onSendEnd and preHandlerCallback,
+ * find-my-way's find, node:http's parserOnIncoming, pino's child), and the
+ * example's json cost about 10% more a request after it (2026-11-28).
  */
 export function processCpu (child: ChildProcess): number {
   const fields = readFileSync(`/proc/${child.pid as number}/stat`, 'utf8').split(') ')[1].split(' ')
