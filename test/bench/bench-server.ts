@@ -49,8 +49,6 @@ let bareBody = ''
 const sendBare = (reply: FastifyReply): FastifyReply => reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').send(bareBody)
 app.get('/bare', async (request, reply) => sendBare(reply))
 app.get('/bare/pipeline', async () => ({ job_id: randomUUID(), job_url: 'http://x/api/job/' }))
-// The server's CPU time so far, so the runner can tell CPU per request.
-app.get('/bench/cpu', async () => process.cpuUsage())
 // A control for floods (links.ts): held a second, then 403, with no check at all.
 app.get('/bench/held/*', async (request, reply) => {
   await new Promise((resolve) => setTimeout(resolve, 1000))

@@ -91,19 +91,15 @@ async function stopServer (server: Server): Promise<void> {
 
 type Run = Result & { cpuPerRequest: number }
 
-// Read from /proc (process-cpu.ts): a request for it would be a request to
-// a second Fastify instance in the example's process, which deoptimised the
-// example's hot path and read its json about 10% dearer (2026-11-28).
-const serverCpu = (server: Server): number => processCpu(server.child)
-
 /** A route to load, on one server. */
 interface Route { server: Server, options: Options }
 
 /** One autocannon run, with the server's CPU time per request (µs): steadier than throughput on a shared machine. */
 async function load ({ server, options }: Route): Promise<Run> {
-  const before = serverCpu(server)
+  // Read from /proc, not asked of the server (process-cpu.ts says why).
+  const before = processCpu(server.child)
   const result = await autocannon({ connections, pipelining: 1, duration: seconds, ...options })
-  const cpu = serverCpu(server) - before
+  const cpu = processCpu(server.child) - before
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${options.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
   return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
 }

@@ -7,9 +7,10 @@ const MICROS_PER_TICK = 10_000
 /**
  * A server process's CPU time so far, in µs: user and system time of all
  * its threads (utime + stime of /proc/<pid>/stat), read from outside, so
- * that measuring sends the server nothing. A request to the bench server's
- * CPU route (/bench/cpu, on a Fastify instance of its own) deoptimised the
- * example's hot path in that process: --trace-deopt counted 48 deopts in
+ * that measuring sends the server nothing. The benches asked a route of the
+ * server for it before (/bench/cpu); in example-bench-server.ts that route
+ * was on a Fastify instance beside the example's, and one request to it
+ * deoptimised the example's hot path in that process: --trace-deopt counted 48 deopts in
  * the 5 s of load after one such request (10 in the 12 s before), most
  * "wrong map" (fastify's routeHandler, onSendEnd and preHandlerCallback,
  * find-my-way's find, node:http's parserOnIncoming, pino's child), and the

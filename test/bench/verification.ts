@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer, type BenchServer } from './bench-process.js'
+import { processCpu } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 10)
@@ -35,19 +36,14 @@ async function startServer (env: Record<string, string> = {}): Promise<BenchServ
 
 type Run = Result & { cpuPerRequest: number }
 
-async function serverCpu (url: string): Promise<number> {
-  const { user, system } = await (await fetch(new URL('/bench/cpu', url))).json() as { user: number, system: number }
-  return user + system
-}
-
 /**
  * One autocannon run, with the server's CPU time per request (microseconds):
  * steadier than throughput when the load generator shares the machine.
  */
-async function load (options: Options): Promise<Run> {
-  const before = await serverCpu(options.url)
+async function load (server: BenchServer, options: Options): Promise<Run> {
+  const before = processCpu(server.child)
   const result = await autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
-  const cpu = await serverCpu(options.url) - before
+  const cpu = processCpu(server.child) - before
   return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
 }
 
@@ -71,8 +67,8 @@ if (only.includes('a') || only.includes('d')) {
   await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [k.id] })
   await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/pipeline/1', { keyIds: [k.id] })
   const auth = { authorization: `Bearer ${k.key}` }
-  await load({ url: server.base + '/bare', duration: 2 }) // warm-up
-  await load({ url: `${server.base}${DATASET}?format=json`, headers: auth, duration: 2 })
+  await load(server, { url: server.base + '/bare', duration: 2 }) // warm-up
+  await load(server, { url: `${server.base}${DATASET}?format=json`, headers: auth, duration: 2 })
   // Runs on this kind of machine vary by ±15%, so each route runs ROUNDS
   // times, the routes interleaved, and the run with the median rate counts.
   const routes = {
@@ -87,7 +83,7 @@ if (only.includes('a') || only.includes('d')) {
   } satisfies Record<string, Options>
   const runs: Record<string, Run[]> = {}
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [name, options] of Object.entries(routes)) (runs[name] ??= []).push(await load(options))
+    for (const [name, options] of Object.entries(routes)) (runs[name] ??= []).push(await load(server, options))
   }
   const median = (name: string): Run => {
     const sorted = [...runs[name]].sort((x, y) => rate(x) - rate(y))
@@ -109,8 +105,8 @@ if (only.includes('a') || only.includes('d')) {
   note('(a) verification alone: authenticated / download code without key check', '', '', '', ...versus(unauthenticated))
   note('(a) verification beyond the read: authenticated / download code after the read', '', '', '', ...versus(lookupDownload))
 
-  const barePost = await load({ url: server.base + '/bare/pipeline' })
-  const post = await load({ url: server.base + PIPELINE, method: 'POST', headers: auth })
+  const barePost = await load(server, { url: server.base + '/bare/pipeline' })
+  const post = await load(server, { url: server.base + PIPELINE, method: 'POST', headers: auth })
   note('(d) bare route, job-reference JSON', rate(barePost), barePost.latency.p99, cpu(barePost), '1.00', '1.00')
   note('(d) pipeline POST', rate(post), post.latency.p99, cpu(post), (rate(post) / rate(barePost)).toFixed(2), (barePost.cpuPerRequest / post.cpuPerRequest).toFixed(2))
   if (post.non2xx > 0) throw new Error(`(d) ${post.non2xx} non-2xx answers`)
@@ -147,10 +143,10 @@ for (const throttle of only.includes('c') ? ['on', 'off'] : []) {
   const [k] = await newKeys(server.base, 1)
   await call(server.base, 'PUT', '/api-keys/acme/shop/endpoints/1/dataset/1', { keyIds: [k.id] })
   const legitOptions: Options = { url: `${server.base}${DATASET}?format=json`, headers: { authorization: `Bearer ${k.key}` }, connections: 10 }
-  await load({ ...legitOptions, duration: 2 })
-  const alone = await load(legitOptions)
+  await load(server, { ...legitOptions, duration: 2 })
+  const alone = await load(server, legitOptions)
   const prefix = k.key.slice(0, 11)
-  const floodRun = load({
+  const floodRun = load(server, {
     url: server.base + DATASET,
     connections: 50,
     requests: [{
@@ -160,7 +156,7 @@ for (const throttle of only.includes('c') ? ['on', 'off'] : []) {
       })
     }]
   })
-  const during = await load(legitOptions)
+  const during = await load(server, legitOptions)
   const flood = await floodRun
   const ratio = (rate(during) / rate(alone)).toFixed(2)
   note(`(c) throttle ${throttle}: legitimate alone (10 conns)`, rate(alone), alone.latency.p99, cpu(alone), '1.00', '')
