@@ -16,7 +16,7 @@ import {
 import { logsAt, redactUrl } from './log-redaction.js'
 import { reasonOf } from '../metrics.js'
 import { datasetRoute, documentationOnly, pipelineRoute } from './openapi.js'
-import { linkRoutes } from './link-routes.js'
+import { linkRoutes, refOf } from './link-routes.js'
 import type { Pipeline } from '../host/pipeline-runner.js'
 import type { IdempotencyClaim } from '../storage/storage.js'
 
@@ -46,11 +46,6 @@ export function hostOf (request: FastifyRequest): string {
   if (localAddress === undefined) return 'localhost'
   const address = localAddress.startsWith('::ffff:') ? localAddress.slice(7) : localAddress
   return (address.includes(':') ? `[${address}]` : address) + (localPort === undefined ? '' : `:${localPort}`)
-}
-
-function refOf (call: AuthenticatedCall): ResourceRef {
-  const { organization, project, modelSequence, resourceSequence } = call.locator
-  return { organization, project, modelSequence, resourceSequence }
 }
 
 export interface JobReference {
@@ -172,7 +167,7 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   }
 
   async function runPipeline (request: FastifyRequest, reply: FastifyReply, call: AuthenticatedCall): Promise<unknown> {
-    const pipeline = await options.pipelines.getPipeline(refOf(call))
+    const pipeline = await options.pipelines.getPipeline(refOf(call.locator))
     if (pipeline === null) throw new PipelineNotFoundError()
     const idempotencyKey = request.headers['idempotency-key']
     if (idempotencyKey === undefined) return startRun(pipeline, request)
@@ -225,7 +220,7 @@ export async function dataRoutes (app: FastifyInstance, { ctx }: { ctx: PluginCo
   function dataEndpoint (request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
     const call = request.dataEndpointCall as AuthenticatedCall
     if (call.locator.type === 'pipeline') return runPipeline(request, reply, call)
-    const ref = refOf(call)
+    const ref = refOf(call.locator)
     const found = options.datasets.getDataset(ref)
     if (isThenable(found)) return Promise.resolve(found).then((dataset) => sendFound(request, reply, dataset, ref))
     return sendFound(request, reply, found, ref)

@@ -47,7 +47,8 @@ export interface LinkRouteParts {
   baseUrl: (request: FastifyRequest) => string
 }
 
-function refOf (locator: ResourceRef): ResourceRef {
+/** What the host's sources are asked by: the locator's parts without its type (a fresh object, whatever else the locator holds). */
+export function refOf (locator: ResourceRef): ResourceRef {
   const { organization, project, modelSequence, resourceSequence } = locator
   return { organization, project, modelSequence, resourceSequence }
 }
