@@ -27,6 +27,9 @@
 //   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
 //                  `npm start` runs the example; default: compiled (compile.ts)
 //                  under plain node, as a host runs the package
+//   SERVER_ARGS    node flags for every server process, space-separated
+//                  (SERVER_ARGS=--no-memory-reducer: see docs/benchmarks.md,
+//                  "A slow PostgreSQL, and the full run against the two-route form")
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -45,6 +48,7 @@ if (!['cached', 'uncached', 'miss', 'pg'].includes(mode)) throw new Error(`MODE:
 const connections = Number(process.env.CONNECTIONS ?? 20)
 const handApart = process.env.HAND !== 'same'
 const underTsx = process.env.SERVER === 'tsx'
+const serverArgs = (process.env.SERVER_ARGS ?? '').split(' ').filter((arg) => arg !== '')
 const pgUrl = process.env.PGURL ?? 'postgres://postgres@127.0.0.1:5432/test'
 // Runs on a shared 2-core machine vary by ±15%: each route runs this many
 // times, the routes interleaved, and the run with the median rate counts.
@@ -73,7 +77,7 @@ const serverEntry = underTsx ? serverSource : compileForBench(serverSource, buil
 interface Server { child: ChildProcess, key: string, urls: BenchServerStart['urls'], schema?: string }
 
 async function startServer (logLevel: string, env: Record<string, string> = {}): Promise<Server> {
-  const args = underTsx ? ['--import', 'tsx', serverEntry] : [serverEntry]
+  const args = [...serverArgs, ...(underTsx ? ['--import', 'tsx', serverEntry] : [serverEntry])]
   const child = spawn(process.execPath, args, { cwd: REPO, env: { ...process.env, LOG_LEVEL: logLevel, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
   const { key, urls } = await benchServerStarted(child)
   return { child, key, urls, schema: env.DATABASE_SCHEMA }
