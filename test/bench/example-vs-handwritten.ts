@@ -27,6 +27,13 @@
 //   SERVER=tsx     run the server's TypeScript under `node --import tsx`, as
 //                  `npm start` runs the example; default: compiled (compile.ts)
 //                  under plain node, as a host runs the package
+//   ABBA=1         each round runs the routes in the order opposite to the
+//                  round before (hand, json; json, hand; ...), and the table
+//                  adds the median of each round's own ratio. With short runs
+//                  and many rounds (`ABBA=1 ROUNDS=30 ... 2 warn`: 2-s runs), a
+//                  slow stretch of this shared machine, which lasts seconds
+//                  to tens of seconds, falls on both routes of a round
+//                  alike (docs/benchmarks.md, "Many short interleaved runs")
 //   SERVER_ARGS    node flags for every server process, space-separated
 //                  (SERVER_ARGS=--no-memory-reducer: see docs/benchmarks.md,
 //                  "A slow PostgreSQL, and the full run against the two-route form")
@@ -53,6 +60,7 @@ const pgUrl = process.env.PGURL ?? 'postgres://postgres@127.0.0.1:5432/test'
 // Runs on a shared 2-core machine vary by ±15%: each route runs this many
 // times, the routes interleaved, and the run with the median rate counts.
 const ROUNDS = Number(process.env.ROUNDS ?? 3)
+const abba = process.env.ABBA === '1'
 // FRESH=1: new server processes for each round. The same code took 49 to 65
 // µs of CPU a request from one process to the next (the JIT's choices), so
 // with one process a side, one run's ratio can be one process's luck.
@@ -164,7 +172,8 @@ for (const level of levels) {
       servers = await startServers();
       ({ routes, baseline } = routesOf(servers))
     }
-    for (const [name, route] of Object.entries(routes)) runs.set(name, [...(runs.get(name) ?? []), await load(route)])
+    const ordered = abba && round % 2 === 1 ? Object.entries(routes).reverse() : Object.entries(routes)
+    for (const [name, route] of ordered) runs.set(name, [...(runs.get(name) ?? []), await load(route)])
   }
   const median = (name: string): Run => {
     const sorted = [...(runs.get(name) ?? [])].sort((x, y) => rate(x) - rate(y))
@@ -174,15 +183,25 @@ for (const level of levels) {
   for (const name of Object.keys(routes)) {
     const r = median(name)
     const all = (runs.get(name) ?? []).map(rate).join('/')
-    rows.push([level, name, String(rate(r)), all, String(r.latency.p99), r.cpuPerRequest.toFixed(0),
-      (rate(r) / rate(base)).toFixed(2), (base.cpuPerRequest / r.cpuPerRequest).toFixed(2)])
+    const row = [level, name, String(rate(r)), all, String(r.latency.p99), r.cpuPerRequest.toFixed(0),
+      (rate(r) / rate(base)).toFixed(2), (base.cpuPerRequest / r.cpuPerRequest).toFixed(2)]
+    if (abba) {
+      // Each round's ratio against the baseline's run of the same round, then their median.
+      const own = runs.get(name) ?? []
+      const baseRuns = runs.get(baseline) ?? []
+      const middle = (values: number[]): number => values.sort((x, y) => x - y)[values.length >> 1]
+      row.push(middle(own.map((run, i) => rate(run) / rate(baseRuns[i]))).toFixed(2),
+        middle(own.map((run, i) => baseRuns[i].cpuPerRequest / run.cpuPerRequest)).toFixed(2))
+    }
+    rows.push(row)
   }
   for (const server of servers) await stopServer(server)
 }
 
 const versus = mode === 'pg' ? 'SQLite storage' : 'hand-written'
 console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; ` +
-  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}${handApart ? ', the hand-written routes in a process of their own' : ''}; ${seconds} s per run after ${warmUpSeconds} s of warm-up a route, ${connections} connections, median of ${ROUNDS} interleaved runs${fresh ? ', each round in new server processes' : ''}\n`)
-console.log(`| LOG_LEVEL | route | req/s (median) | req/s of each run | p99 ms | server CPU µs/req | throughput vs ${versus} | CPU vs ${versus} |`)
-console.log('|---|---|---:|---:|---:|---:|---:|---:|')
+  `MODE=${mode}, server ${underTsx ? 'under node --import tsx' : 'compiled, plain node'}${handApart ? ', the hand-written routes in a process of their own' : ''}; ${seconds} s per run after ${warmUpSeconds} s of warm-up a route, ${connections} connections, median of ${ROUNDS} interleaved runs${abba ? ' (ABBA: the order reversed every other round)' : ''}${fresh ? ', each round in new server processes' : ''}\n`)
+const roundRatios = abba ? ` median of the rounds' throughput ratios | median of the rounds' CPU ratios |` : ''
+console.log(`| LOG_LEVEL | route | req/s (median) | req/s of each run | p99 ms | server CPU µs/req | throughput vs ${versus} | CPU vs ${versus} |${roundRatios}`)
+console.log(`|---|---|---:|---:|---:|---:|---:|---:|${abba ? '---:|---:|' : ''}`)
 for (const r of rows) console.log(`| ${r.join(' | ')} |`)
