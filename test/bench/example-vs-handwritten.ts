@@ -46,7 +46,7 @@ import autocannon, { type Options, type Result } from 'autocannon'
 import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
 import { benchServerStarted, missingLoad, type BenchServerStart } from './example-bench-start.js'
-import { processCpu } from './process-cpu.js'
+import { withCpuPerRequest } from './process-cpu.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
@@ -109,11 +109,9 @@ interface Route { server: Server, options: Options }
 /** One autocannon run, with the server's CPU time per request (µs): steadier than throughput on a shared machine. */
 async function load ({ server, options }: Route): Promise<Run> {
   // Read from /proc, not asked of the server (process-cpu.ts says why).
-  const before = processCpu(server.child)
-  const result = await autocannon({ connections, pipelining: 1, duration: seconds, ...options })
-  const cpu = processCpu(server.child) - before
+  const result = await withCpuPerRequest(server.child, () => autocannon({ connections, pipelining: 1, duration: seconds, ...options }))
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${options.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
-  return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
+  return result
 }
 
 const rate = (r: Result): number => Math.round(r.requests.average)

@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, startBenchServer, stopBenchServer } from './bench-process.js'
-import { processCpu } from './process-cpu.js'
+import { withCpuPerRequest } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 5)
@@ -26,11 +26,9 @@ const server = await startBenchServer(compileForBench(join(REPO, 'test/bench/ben
 type Run = Result & { cpuPerRequest: number }
 
 async function load (options: Options): Promise<Run> {
-  const before = processCpu(server.child)
-  const result = await autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
-  const cpu = processCpu(server.child) - before
+  const result = await withCpuPerRequest(server.child, () => autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options }))
   if (result.non2xx > 0) throw new Error(`${options.url}: ${result.non2xx} non-2xx answers`)
-  return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
+  return result
 }
 
 const URL_ENTITIES = `${server.base}/api/acme/shop/model/1/dataset/1?meta=entities`

@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer } from './bench-process.js'
-import { processCpu } from './process-cpu.js'
+import { withCpuPerRequest } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const DATASET = '/api/acme/shop/model/1/dataset/1'
@@ -90,9 +90,8 @@ if (process.argv[2] === '--flood') {
   // The server's CPU time per request (µs), steadier than throughput when other work shares the machine.
   const cpuOf = new Map<Result, number>()
   const measured = async (options: Options): Promise<Result> => {
-    const before = processCpu(server.child)
-    const result = await run(options)
-    cpuOf.set(result, (processCpu(server.child) - before) / Math.max(1, result.requests.total))
+    const result = await withCpuPerRequest(server.child, () => run(options))
+    cpuOf.set(result, result.cpuPerRequest)
     return result
   }
   const rate = (r: Result): number => Math.round(r.requests.average)

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer, type BenchServer } from './bench-process.js'
-import { processCpu } from './process-cpu.js'
+import { withCpuPerRequest } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 10)
@@ -41,10 +41,7 @@ type Run = Result & { cpuPerRequest: number }
  * steadier than throughput when the load generator shares the machine.
  */
 async function load (server: BenchServer, options: Options): Promise<Run> {
-  const before = processCpu(server.child)
-  const result = await autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options })
-  const cpu = processCpu(server.child) - before
-  return Object.assign(result, { cpuPerRequest: cpu / Math.max(1, result.requests.total) })
+  return withCpuPerRequest(server.child, () => autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options }))
 }
 
 function rate (r: Result): number {

@@ -29,7 +29,7 @@ import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { benchServerStarted, missingLoad } from './example-bench-start.js'
 import { compileForBench, REPO } from './compile.js'
-import { processCpu } from './process-cpu.js'
+import { withCpuPerRequest } from './process-cpu.js'
 
 const [versionA, versionB] = [process.argv[2], process.argv[3]]
 if (versionA === undefined || versionB === undefined) throw new Error('usage: versions.ts <A> <B> [route or routeA,routeB] [seconds] [rounds]')
@@ -80,11 +80,10 @@ function compiled (version: string, name: string): string {
 const a = await serve(compiled(versionA, 'a'), routeA, 'a')
 const b = await serve(compiled(versionB, 'b'), routeB, 'b')
 const load = async (s: Served, duration: number): Promise<{ rate: number, cpu: number }> => {
-  const before = processCpu(s.child)
   const headers = { authorization: `Bearer ${s.key}` }
-  const result = await autocannon({ ...(s.route === 'miss' ? missingLoad(s.url, headers) : { url: s.url, headers }), connections: CONNECTIONS, duration })
+  const result = await withCpuPerRequest(s.child, () => autocannon({ ...(s.route === 'miss' ? missingLoad(s.url, headers) : { url: s.url, headers }), connections: CONNECTIONS, duration }))
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${s.url}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
-  return { rate: result.requests.average, cpu: (processCpu(s.child) - before) / result.requests.total }
+  return { rate: result.requests.average, cpu: result.cpuPerRequest }
 }
 await Promise.all([load(a, 2), load(b, 2)]) // warm-up
 
