@@ -401,7 +401,8 @@ t.test('data routes over real HTTP (dot segments and all): the same answers', as
     const req = http.request({ agent: false, port, host: '127.0.0.1', method: r.method, path: pathOf(r) + queryString(r), headers }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('latin1') }))
+      // UTF-8, as inject gives its body: an answer that quotes a non-ASCII parameter quotes it in UTF-8.
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
       res.on('error', reject)
     })
     req.on('error', reject)
