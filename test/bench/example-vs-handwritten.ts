@@ -46,7 +46,7 @@ import autocannon, { type Options, type Result } from 'autocannon'
 import pg from 'pg'
 import { compileForBench, REPO } from './compile.js'
 import { benchServerStarted, missingLoad, type BenchServerStart } from './example-bench-start.js'
-import { withCpuPerRequest } from './process-cpu.js'
+import { withCpuPerRequest, type CpuMeasured } from './process-cpu.js'
 
 const seconds = Number(process.argv[2] ?? 10)
 const levels = (process.argv[3] ?? 'info,warn').split(',')
@@ -101,7 +101,7 @@ async function stopServer (server: Server): Promise<void> {
   await client.end()
 }
 
-type Run = Result & { cpuPerRequest: number }
+type Run = CpuMeasured
 
 /** A route to load, on one server. */
 interface Route { server: Server, options: Options }

@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, startBenchServer, stopBenchServer } from './bench-process.js'
-import { withCpuPerRequest } from './process-cpu.js'
+import { withCpuPerRequest, type CpuMeasured } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 5)
@@ -23,7 +23,7 @@ const buildDir = mkdtempSync(join(tmpdir(), 'fde-bench-build-'))
 process.on('exit', () => rmSync(buildDir, { recursive: true, force: true }))
 const server = await startBenchServer(compileForBench(join(REPO, 'test/bench/bench-server.ts'), buildDir))
 
-type Run = Result & { cpuPerRequest: number }
+type Run = CpuMeasured
 
 async function load (options: Options): Promise<Run> {
   const result = await withCpuPerRequest(server.child, () => autocannon({ connections: 50, pipelining: 1, duration: seconds, ...options }))

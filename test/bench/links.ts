@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer } from './bench-process.js'
-import { withCpuPerRequest } from './process-cpu.js'
+import { withCpuPerRequest, type CpuMeasured } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const DATASET = '/api/acme/shop/model/1/dataset/1'
@@ -87,21 +87,16 @@ if (process.argv[2] === '--flood') {
     if (result.non2xx > 0) throw new Error(`${options.url}: ${result.non2xx} non-2xx answers`)
     return result
   }
-  // The server's CPU time per request (µs), steadier than throughput when other work shares the machine.
-  const cpuOf = new Map<Result, number>()
-  const measured = async (options: Options): Promise<Result> => {
-    const result = await withCpuPerRequest(server.child, () => run(options))
-    cpuOf.set(result, result.cpuPerRequest)
-    return result
-  }
+  // With the server's CPU time per request (µs), steadier than throughput when other work shares the machine.
+  const measured = async (options: Options): Promise<CpuMeasured> => withCpuPerRequest(server.child, () => run(options))
   const rate = (r: Result): number => Math.round(r.requests.average)
   for (const options of Object.values(routes)) await run({ ...options, duration: 2 }) // warm-up
 
-  const runs: Record<string, Result[]> = { keyed: [], link: [] }
+  const runs: Record<string, CpuMeasured[]> = { keyed: [], link: [] }
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, options] of Object.entries(routes)) runs[name].push(await measured(options))
   }
-  const median = (name: string): Result => [...runs[name]].sort((x, y) => rate(x) - rate(y))[ROUNDS >> 1]
+  const median = (name: string): CpuMeasured => [...runs[name]].sort((x, y) => rate(x) - rate(y))[ROUNDS >> 1]
   const keyed = median('keyed')
   const linked = median('link')
 
@@ -132,11 +127,10 @@ if (process.argv[2] === '--flood') {
   const codes = Object.entries(floodStatuses).map(([c, n]) => `${c}:${n}`).join(' ')
   console.log(`\nMachine: ${cpus().length} x ${cpus()[0]?.model ?? 'cpu'} (${availableParallelism()} available), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`)
   console.log(`Command: nice -n -20 npx tsx test/bench/links.ts ${seconds}; ${seconds} s per run; format=json of the sample dataset (1 KiB)\n`)
-  const cpu = (r: Result): number => cpuOf.get(r) ?? NaN
   console.log('| scenario | req/s | p99 ms | ratio | server CPU µs/req | CPU ratio |')
   console.log('|---|---:|---:|---:|---:|---:|')
-  console.log(`| (l) keyed GET, Bearer, 50 conns (median of ${ROUNDS}) | ${rate(keyed)} | ${keyed.latency.p99} | 1.00 | ${cpu(keyed).toFixed(0)} | 1.00 |`)
-  console.log(`| (l) link GET, 50 conns (median of ${ROUNDS}) | ${rate(linked)} | ${linked.latency.p99} | ${(rate(linked) / rate(keyed)).toFixed(2)} | ${cpu(linked).toFixed(0)} | ${(cpu(keyed) / cpu(linked)).toFixed(2)} |`)
+  console.log(`| (l) keyed GET, Bearer, 50 conns (median of ${ROUNDS}) | ${rate(keyed)} | ${keyed.latency.p99} | 1.00 | ${keyed.cpuPerRequest.toFixed(0)} | 1.00 |`)
+  console.log(`| (l) link GET, 50 conns (median of ${ROUNDS}) | ${rate(linked)} | ${linked.latency.p99} | ${(rate(linked) / rate(keyed)).toFixed(2)} | ${linked.cpuPerRequest.toFixed(0)} | ${(keyed.cpuPerRequest / linked.cpuPerRequest).toFixed(2)} |`)
   console.log(`| (l) every run, req/s: keyed ${runs.keyed.map(rate).join(', ')}; link ${runs.link.map(rate).join(', ')} | | | | | |`)
   const row = (label: string, r: Result, alone: Result): void => {
     console.log(`| (m) ${label} | ${rate(r)} | ${r.latency.p99} | ${(rate(r) / rate(alone)).toFixed(2)} |`)

@@ -22,12 +22,15 @@ export function processCpu (child: ChildProcess): number {
   return (Number(fields[11]) + Number(fields[12])) * MICROS_PER_TICK
 }
 
+/** An autocannon run with the server's CPU time per request it answered (µs). */
+export type CpuMeasured = Result & { cpuPerRequest: number }
+
 /**
  * Runs a load (`run`, an autocannon run) and adds the server's CPU time per
  * request it answered, in µs (processCpu before and after): steadier than
  * throughput when the load generator shares the machine.
  */
-export async function withCpuPerRequest<T extends Result> (child: ChildProcess, run: () => Promise<T>): Promise<T & { cpuPerRequest: number }> {
+export async function withCpuPerRequest<T extends Result> (child: ChildProcess, run: () => Promise<T>): Promise<T & CpuMeasured> {
   const before = processCpu(child)
   const result = await run()
   const cpu = processCpu(child) - before

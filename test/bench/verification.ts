@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import autocannon, { type Options, type Result } from 'autocannon'
 import { call, newKeys, startBenchServer, stopBenchServer, type BenchServer } from './bench-process.js'
-import { withCpuPerRequest } from './process-cpu.js'
+import { withCpuPerRequest, type CpuMeasured } from './process-cpu.js'
 import { compileForBench, REPO } from './compile.js'
 
 const seconds = Number(process.argv[2] ?? 10)
@@ -34,7 +34,7 @@ async function startServer (env: Record<string, string> = {}): Promise<BenchServ
   return startBenchServer(serverEntry, { env: { BENCH_BEARER_KEY: BEARER_KEY, ...env } })
 }
 
-type Run = Result & { cpuPerRequest: number }
+type Run = CpuMeasured
 
 /**
  * One autocannon run, with the server's CPU time per request (microseconds):
