@@ -3,7 +3,7 @@ import { archiveBody, archiveFileNames, archiveDownload } from './archive.js'
 import type { DownloadFormat, DownloadSpec } from './types.js'
 import { utf8Bytes } from './text-bytes.js'
 import { entityChunks, perEntity, rowsOptions, rowWriter, separated, type CellWriter } from './rows.js'
-import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText } from './values.js'
+import { binaryValue, booleanValue, canonicalText, floatText, floatValue, integerText, integerValue, jsonText } from './values.js'
 
 // json and json-zip. bigint and decimal are strings (no precision lost),
 // binary is base64, dates and timestamps ISO 8601 strings, NULL is null.
@@ -37,7 +37,7 @@ function jsonMember (column: Column, key: string): CellWriter {
   const nullMember = key + 'null'
   const quoted = key + '"' // before a string value written as it is
   switch (column.type) {
-    case 'integer': return (v) => { const n = integerValue(v); return n === null ? nullMember : key + String(n) }
+    case 'integer': return (v) => { const n = integerValue(v); return n === null ? nullMember : key + integerText(n) }
     case 'float': return (v) => { const n = floatValue(v); return n === null ? nullMember : key + floatText(n) }
     case 'boolean': {
       const [yes, no] = [key + 'true', key + 'false']

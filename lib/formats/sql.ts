@@ -2,7 +2,7 @@ import type { Column, Entity, Row } from '../host/dataset-source.js'
 import type { DownloadFormat, DownloadSpec } from './types.js'
 import { entityChunks, perEntity, rowWriter, separated, type CellWriter, type EntityText } from './rows.js'
 import {
-  bigintText, binaryValue, booleanValue, canonicalText, floatText, floatValue, integerValue, jsonText, ValueError
+  bigintText, binaryValue, booleanValue, canonicalText, floatText, floatValue, integerText, integerValue, jsonText, ValueError
 } from './values.js'
 
 // sql: one script that loads into PostgreSQL and SQLite alike: CREATE TABLE
@@ -98,7 +98,7 @@ export function ddlFor (entities: readonly Entity[]): string {
 
 function sqlCell (column: Column): CellWriter {
   switch (column.type) {
-    case 'integer': return (v) => { const n = integerValue(v); return n === null ? 'NULL' : String(n) }
+    case 'integer': return (v) => { const n = integerValue(v); return n === null ? 'NULL' : integerText(n) }
     case 'bigint': return (v) => bigintText(v) ?? 'NULL'
     case 'float': return (v) => { const n = floatValue(v); return n === null ? 'NULL' : floatText(n) }
     case 'boolean': return (v) => { const b = booleanValue(v); return b === null ? 'NULL' : b ? 'TRUE' : 'FALSE' }

@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import t from 'tap'
 import {
-  bigintText, binaryValue, booleanValue, canonicalText, dateText, decimalText, floatText, floatValue, integerValue, jsonText,
+  bigintText, binaryValue, booleanValue, canonicalText, dateText, decimalText, floatText, floatValue, integerText, integerValue, jsonText,
   textValue, timestampText
 } from '../../lib/formats/values.js'
 
@@ -111,6 +111,18 @@ t.test('float text: what String(n) writes, for every finite double', async (t) =
   t.equal(floatText(5e-324), '5e-324')
   t.equal(floatText(-0), '0')
   t.equal(floatText(0.1 + 0.2), '0.30000000000000004')
+})
+
+t.test('integer text: what String(n) writes, for every safe integer, and through canonicalText', async (t) => {
+  fc.assert(fc.property(fc.integer(), (n) => integerText(n) === String(n)))
+  fc.assert(fc.property(fc.maxSafeInteger(), (n) => integerText(n) === String(n)))
+  for (const n of [0, -1, 1, 999, 1000, -999, -1000, 1001, 1000000, 1000999, -2147483648, 2147483647, Number.MAX_SAFE_INTEGER, Number.MIN_SAFE_INTEGER]) {
+    t.equal(integerText(n), String(n))
+  }
+  t.equal(integerText(-0), '0')
+  t.equal(integerText(integerValue(-0) as number), '0')
+  const text = canonicalText({ name: 'i', type: 'integer' })
+  fc.assert(fc.property(fc.integer(), (n) => text(n) === String(n) && text(String(n)) === String(n)))
 })
 
 t.test('text and varchar(n): n counts characters, not UTF-16 units', async (t) => {
