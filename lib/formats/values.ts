@@ -159,8 +159,9 @@ export function integerText (n: number): string {
   let rest = n < 0 ? -n : n
   let text = ''
   while (rest >= 1000) {
-    text = PADDED_DIGITS[rest % 1000] + text
-    rest = Math.floor(rest / 1000)
+    const low = rest % 1000
+    text = PADDED_DIGITS[low] + text
+    rest = (rest - low) / 1000 // exact: a multiple of 1000 divided by it
   }
   text = DIGITS[rest] + text
   return n < 0 ? '-' + text : text
