@@ -120,7 +120,7 @@ t.test('integer text: what String(n) writes, for every safe integer, and through
     t.equal(integerText(n), String(n))
   }
   t.equal(integerText(-0), '0')
-  // Near 2^53 a quotient's fraction (.999) is finer than a double can hold: the division stays exact.
+  // Near 2^53 a quotient's .999 lies within one step of a double of the next integer: each group is divided out exactly.
   fc.assert(fc.property(fc.integer({ min: 0, max: Math.floor(Number.MAX_SAFE_INTEGER / 1000) - 1 }), fc.boolean(), (m, negative) => {
     const n = (m * 1000 + 999) * (negative ? -1 : 1)
     return integerText(n) === String(n)
