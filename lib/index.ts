@@ -18,7 +18,7 @@ import { jobRoute } from './routes/job-route.js'
 import { bcryptHasher } from './keys/key-hasher.js'
 import { KeyVerifier } from './keys/key-verifier.js'
 import { LinkSigner } from './keys/link-tokens.js'
-import { redactingChildLogger } from './routes/log-redaction.js'
+import { redactRequestLogs } from './routes/log-redaction.js'
 import { managementRoutes } from './routes/management-routes.js'
 import { managementUi } from './routes/management-ui.js'
 import { openapiRoute, swaggerOptions } from './routes/openapi.js'
@@ -191,13 +191,13 @@ async function dataEndpoints (app: FastifyInstance, rawOptions: DataEndpointsOpt
     await routes.register(async function apiRoutes (api) {
       // Every request logger under /api, the 404s' included, logs the URL with
       // api_key redacted, whatever serializers the host's logger has.
-      if (logs) api.setChildLoggerFactory(redactingChildLogger)
+      if (logs) redactRequestLogs(api)
       if (options.apiNotFoundHandler) answerMissesWithNotFound(api)
       await api.register(dataRoutes, { ctx })
       await api.register(jobRoute, { ctx })
     }, { prefix: '/api' })
     await routes.register(async function management (scope) {
-      if (logs) scope.setChildLoggerFactory(redactingChildLogger)
+      if (logs) redactRequestLogs(scope)
       if (options.apiNotFoundHandler) answerMissesWithNotFound(scope)
       await scope.register(managementRoutes, { ctx })
       await scope.register(openapiRoute, { ctx })

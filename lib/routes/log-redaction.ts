@@ -1,4 +1,4 @@
-import type { FastifyBaseLogger, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, FastifyServerOptions, RouteOptions } from 'fastify'
 import { percentDecoded, redactKeys } from '../keys/api-key.js'
 
 /** `api_key=<value>` with the value replaced, whatever the case or encoding of the name. */
@@ -28,7 +28,7 @@ export function redactUrl (url: string): string {
 /**
  * A pino `req` serializer that never logs a key: the URL has `api_key`
  * redacted and no header is logged. The plugin uses it on its own routes;
- * hosts should pass it to their logger too (README, "Security considerations"),
+ * hosts should pass it to their logger too (docs/security.md, "Logger"),
  * since Fastify logs the URL of requests that reach no route.
  */
 export function redactingRequestSerializer (request: FastifyRequest): Record<string, unknown> {
@@ -82,4 +82,34 @@ export const redactingChildLogger: ChildLoggerFactory = function (logger, bindin
   // A route's own serializers must not replace ours.
   if (options.serializers === undefined) return parent.child(bindings, options)
   return parent.child(bindings, { ...options, serializers: { ...options.serializers, req: redactingRequestSerializer } })
+}
+
+// pino keeps a logger's serializers under this registered symbol (pino.symbols.serializersSym).
+const PINO_SERIALIZERS = Symbol.for('pino.serializers')
+
+/**
+ * Makes every request logger in `scope` write `req` with
+ * `redactingRequestSerializer`. When the host's logger has it already
+ * (docs/security.md, "Logger"; the example's has) and `scope` makes its children
+ * with Fastify's own factory, they inherit it, and no factory is set: Fastify
+ * validates every child a factory other than its own makes (seven methods
+ * looked up through pino's prototypes): with our factory's own work, 3,200 of
+ * a small download's 518,000 instructions (docs/benchmarks.md). A route's own serializers (a
+ * host's `logSerializers` on a plugin around ours) are then given our `req`.
+ * Otherwise the scope gets `redactingChildLogger`.
+ */
+export function redactRequestLogs (scope: FastifyInstance): void {
+  const serializers = (scope.log as unknown as Record<symbol, Record<string, unknown> | undefined>)[PINO_SERIALIZERS]
+  // Fastify's default factory is told by its name: if that changes, the scope gets ours (slower, still redacting).
+  if (serializers?.req !== redactingRequestSerializer || scope.childLoggerFactory.name !== 'defaultChildLoggerFactory') {
+    scope.setChildLoggerFactory(redactingChildLogger)
+    return
+  }
+  scope.addHook('onRoute', keepRedactingSerializer)
+}
+
+function keepRedactingSerializer (route: RouteOptions): void {
+  const serializers = route.logSerializers
+  if (serializers == null || serializers.req === undefined || serializers.req === redactingRequestSerializer) return
+  route.logSerializers = Object.assign(Object.create(serializers), { req: redactingRequestSerializer })
 }

@@ -2,7 +2,7 @@ import { Writable } from 'node:stream'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import t, { type Test } from 'tap'
 import * as apiKey from '../../lib/keys/api-key.js'
-import { SqliteStorage } from '../../lib/index.js'
+import dataEndpoints, { redactingRequestSerializer, SqliteStorage } from '../../lib/index.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 import { ADMIN, assignKeys, createKey, DATASET_URL, PIPELINE_URL } from '../helper.js'
 import { leaks } from '../secret-scan.js'
@@ -23,12 +23,13 @@ interface Logged {
   childrenWithSerializers: () => number
 }
 
-async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?: (app: FastifyInstance) => void): Promise<Logged> {
+/** `hostRedacts`: the host's logger gets the plugin's redacting `req` serializer (of the same module copy the app loads). */
+async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?: (app: FastifyInstance) => void, hostRedacts = false): Promise<Logged> {
   let urlRedactions = 0
   // The plugin with redactKeys watched: redactUrl (the call line's URL) and
   // the redacting serializer both end in it. (The mock is named by the
   // source file tsx loads.)
-  const { default: dataEndpoints } = await t.mockImport<typeof import('../../lib/index.js')>('../../lib/index.js', {
+  const { default: dataEndpoints, redactingRequestSerializer } = await t.mockImport<typeof import('../../lib/index.js')>('../../lib/index.js', {
     '../../lib/keys/api-key.ts': {
       ...apiKey,
       redactKeys: (text: string) => {
@@ -39,7 +40,8 @@ async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?
   })
   const raw: string[] = []
   const stream = new Writable({ write (chunk, _encoding, done) { raw.push(...String(chunk).split('\n').filter(Boolean)); done() } })
-  const app = Fastify({ logger: typeof logger === 'object' ? { ...logger, stream } : logger })
+  const serializers = hostRedacts ? { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> } : undefined
+  const app = Fastify({ logger: typeof logger === 'object' ? { ...logger, ...(serializers && { serializers }), stream } : logger })
   let childrenWithSerializers = 0
   const root = app.log
   const child = root.child
@@ -161,4 +163,73 @@ t.test('management routes too: one redacting parent, redacted lines', async (t) 
   t.equal(log.childrenWithSerializers(), 1, 'one redacting parent for both scopes, not one per request')
   t.ok(log.lines.some((l) => l.msg === 'incoming request' && l.req.url === '/api-keys/acme/shop/keys?api_key=[redacted]'))
   t.same(leaks(log.raw, [k.key]), [])
+})
+
+// A host whose logger has the redacting serializer already (README, "Security
+// considerations"; the example's has) needs no factory of ours: every request
+// logger inherits the serializer, and the plugin makes no child of its own.
+
+t.test('a host logger with the redacting serializer: no factory of ours, every line redacted', async (t) => {
+  const log = await loggedApp(t, { level: 'info' }, (app) => {
+    app.addHook('onResponse', async (request) => { request.log.error({ req: request }, 'host audit') })
+  }, true)
+  const k = await createKey(log.app)
+  await assignKeys(log.app, 'dataset', [k.id])
+  await assignKeys(log.app, 'pipeline', [k.id])
+  t.same(await traffic(log.app, k.key), [200, 200, 200, 403, 200])
+  await log.app.inject({ url: `/api-keys/acme/shop/keys?api_key=${k.key}`, headers: ADMIN })
+  await log.app.inject({ url: `/api/nowhere?api_key=${k.key}` })
+  t.equal(log.childrenWithSerializers(), 0, 'no redacting parent was made: the host\'s logger redacts')
+  const incoming = log.lines.filter((l) => l.msg === 'incoming request')
+  t.ok(incoming.some((l) => l.req.url === `${DATASET_URL}?format=json&api_key=[redacted]`), 'Fastify\'s request line, redacted')
+  t.ok(incoming.some((l) => l.req.url === '/api-keys/acme/shop/keys?api_key=[redacted]'), 'on a management route too')
+  t.ok(incoming.some((l) => l.req.url === '/api/nowhere?api_key=[redacted]'), 'and on a miss under /api')
+  t.match(log.lines.filter((l) => l.msg === 'host audit' && l.req.url.startsWith(DATASET_URL))[0],
+    { level: 50, req: { url: `${DATASET_URL}?format=json&api_key=[redacted]` } }, 'a host\'s line at error level, redacted')
+  t.ok(log.lines.some((l) => l.msg === 'data endpoint call' && l.keyPrefix === k.prefix))
+  t.same(leaks(log.raw, [k.key]), [], 'no line carries the key')
+})
+
+t.test('the host\'s serializer in its logger, and a plugin around ours that logs req its own way: our routes still redact', async (t) => {
+  const raw: string[] = []
+  const stream = new Writable({ write (chunk, _encoding, done) { raw.push(...String(chunk).split('\n').filter(Boolean)); done() } })
+  const app = Fastify({ logger: { level: 'info', stream, serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> } } })
+  const leaky = (request: { url: string }): Record<string, unknown> => ({ url: request.url })
+  await app.register(async (scope) => {
+    await scope.register(dataEndpoints, {
+      storage: new SqliteStorage({ filename: ':memory:' }),
+      datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
+      pipelines: new MemoryJobs(),
+      jobs: new MemoryJobs(),
+      bcryptCost: 4,
+      getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',').filter(Boolean)
+    })
+    scope.get('/host-route', async () => 'ok')
+  }, { logSerializers: { req: leaky } } as never)
+  await app.ready()
+  t.teardown(() => app.close())
+  const k = await createKey(app)
+  await assignKeys(app, 'dataset', [k.id])
+  t.equal((await app.inject({ url: `${DATASET_URL}?format=json&api_key=${k.key}` })).statusCode, 200)
+  await app.inject({ url: `/api-keys/acme/shop/keys?api_key=${k.key}`, headers: ADMIN })
+  t.equal((await app.inject({ url: '/host-route?note=1' })).statusCode, 200)
+  const lines = raw.map((l) => JSON.parse(l))
+  const urls = lines.filter((l) => l.msg === 'incoming request').map((l) => l.req.url)
+  t.ok(urls.includes(`${DATASET_URL}?format=json&api_key=[redacted]`), 'the data route\'s line, redacted')
+  t.ok(urls.includes('/api-keys/acme/shop/keys?api_key=[redacted]'), 'the management route\'s line, redacted')
+  t.ok(urls.includes('/host-route?note=1'), 'the host\'s own route keeps the host\'s serializer')
+  t.same(leaks(raw, [k.key]), [], 'no line carries the key')
+})
+
+t.test('the host\'s serializer in its logger, but a child logger factory of the host\'s: ours takes its place under the plugin', async (t) => {
+  // A host's factory may give children serializers of its own; the plugin cannot tell, so it sets its own.
+  const leakyFactory = (logger: FastifyBaseLogger, bindings: Record<string, unknown>, options: Record<string, unknown>): FastifyBaseLogger =>
+    logger.child(bindings, { ...options, serializers: { req: (request: { url: string }) => ({ url: request.url }) } })
+  const log = await loggedApp(t, { level: 'info' }, (app) => { app.setChildLoggerFactory(leakyFactory as never) }, true)
+  const k = await createKey(log.app)
+  await assignKeys(log.app, 'dataset', [k.id])
+  t.equal((await log.app.inject({ url: `${DATASET_URL}?format=json&api_key=${k.key}` })).statusCode, 200)
+  t.equal(log.childrenWithSerializers(), 1, 'the plugin made its redacting parent')
+  t.ok(log.lines.some((l) => l.msg === 'incoming request' && l.req.url === `${DATASET_URL}?format=json&api_key=[redacted]`))
+  t.same(leaks(log.raw, [k.key]), [], 'no line carries the key')
 })
