@@ -13,7 +13,7 @@ import { usageRowsOf } from '../../lib/storage/usage-columns.js'
 const HOUR = 3600
 const ids = ['', '0a', '0b', 'A', 'a', 'a-1', 'a_1', 'b', 'ü']
 
-interface Point { endpointId: string, keyId: string, outcome: UsageOutcome, start: number, count: number }
+interface Point { endpointId: string, keyId: string, outcome: UsageOutcome, start: number, count: number, bytes: number | null }
 
 const points = fc.uniqueArray(
   fc.record({
@@ -26,7 +26,9 @@ const points = fc.uniqueArray(
       fc.integer({ min: -30, max: 30 }).map((h) => h * HOUR),
       fc.constant(-62_135_596_800)
     ),
-    count: fc.integer({ min: 1, max: 2 ** 40 })
+    count: fc.integer({ min: 1, max: 2 ** 40 }),
+    // "start:count:bytes", or "start:count" (no bytes: 0)
+    bytes: fc.option(fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 50 })))
   }),
   { selector: (p) => `${p.endpointId}|${p.keyId}|${p.outcome}|${p.start}`, maxLength: 200 }
 )
@@ -37,7 +39,7 @@ function asSeries (all: readonly Point[]): UsageSeries[] {
   for (const p of all) {
     const name = `${p.endpointId}|${p.keyId}|${p.outcome}`
     const s = series.get(name) ?? { endpointId: p.endpointId, keyId: p.keyId, outcome: p.outcome, points: '' }
-    s.points += (s.points === '' ? '' : ',') + `${p.start}:${p.count}`
+    s.points += (s.points === '' ? '' : ',') + `${p.start}:${p.count}` + (p.bytes === null ? '' : `:${p.bytes}`)
     series.set(name, s)
   }
   return [...series.values()].reverse()
@@ -50,9 +52,9 @@ t.test('series merge into the documented order, cut at the limit', async (t) => 
     const expected = [...all]
       .sort((a, b) => a.start - b.start || code(a.endpointId, b.endpointId) || code(a.keyId, b.keyId) || code(a.outcome, b.outcome))
       .slice(0, limit)
-      .map((p) => [p.start * 1000, p.endpointId, p.keyId === '' ? null : p.keyId, p.outcome, p.count])
+      .map((p) => [p.start * 1000, p.endpointId, p.keyId === '' ? null : p.keyId, p.outcome, p.count, p.bytes ?? 0])
     const rows = await mergeSeries(asSeries(all), limit)
-    deepStrictEqual(rows.map((r) => [r.start.getTime(), r.endpointId, r.keyId, r.outcome, r.count]), expected)
+    deepStrictEqual(rows.map((r) => [r.start.getTime(), r.endpointId, r.keyId, r.outcome, r.count, r.bytes]), expected)
   }), { numRuns: 200 })
   t.pass('200 random histories merged as sorted')
 })
