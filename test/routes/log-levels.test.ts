@@ -2,7 +2,7 @@ import { Writable } from 'node:stream'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import t, { type Test } from 'tap'
 import * as apiKey from '../../lib/keys/api-key.js'
-import dataEndpoints, { redactingRequestSerializer, SqliteStorage } from '../../lib/index.js'
+import dataEndpoints, { redactingRequestSerializer, SqliteStorage, type DataEndpointsOptions } from '../../lib/index.js'
 import { MemoryDatasets, MemoryJobs, PIPELINE_REF, SALES_REF, salesDataset } from '../fixtures.js'
 import { ADMIN, assignKeys, createKey, DATASET_URL, PIPELINE_URL } from '../helper.js'
 import { leaks } from '../secret-scan.js'
@@ -23,6 +23,24 @@ interface Logged {
   childrenWithSerializers: () => number
 }
 
+/** A log stream that keeps each line written. */
+function lineCollector (): { raw: string[], stream: Writable } {
+  const raw: string[] = []
+  return { raw, stream: new Writable({ write (chunk, _encoding, done) { raw.push(...String(chunk).split('\n').filter(Boolean)); done() } }) }
+}
+
+/** The plugin's options in these tests: the sales dataset and one pipeline, storage in memory. */
+function pluginOptions (): DataEndpointsOptions {
+  return {
+    storage: new SqliteStorage({ filename: ':memory:' }),
+    datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
+    pipelines: new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh'),
+    jobs: new MemoryJobs(),
+    bcryptCost: 4,
+    getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',').filter(Boolean)
+  }
+}
+
 /** `hostRedacts`: the host's logger gets the plugin's redacting `req` serializer (of the same module copy the app loads). */
 async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?: (app: FastifyInstance) => void, hostRedacts = false): Promise<Logged> {
   let urlRedactions = 0
@@ -38,8 +56,7 @@ async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?
       }
     }
   })
-  const raw: string[] = []
-  const stream = new Writable({ write (chunk, _encoding, done) { raw.push(...String(chunk).split('\n').filter(Boolean)); done() } })
+  const { raw, stream } = lineCollector()
   const serializers = hostRedacts ? { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> } : undefined
   const app = Fastify({ logger: typeof logger === 'object' ? { ...logger, ...(serializers && { serializers }), stream } : logger })
   let childrenWithSerializers = 0
@@ -50,14 +67,7 @@ async function loggedApp (t: Test, logger: FastifyServerOptions['logger'], host?
     return child.call(this, bindings, options)
   }
   host?.(app)
-  await app.register(dataEndpoints, {
-    storage: new SqliteStorage({ filename: ':memory:' }),
-    datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
-    pipelines: new MemoryJobs().addPipeline(PIPELINE_REF, 'refresh'),
-    jobs: new MemoryJobs(),
-    bcryptCost: 4,
-    getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',').filter(Boolean)
-  })
+  await app.register(dataEndpoints, pluginOptions())
   await app.ready()
   t.teardown(() => app.close())
   return {
@@ -165,8 +175,8 @@ t.test('management routes too: one redacting parent, redacted lines', async (t) 
   t.same(leaks(log.raw, [k.key]), [])
 })
 
-// A host whose logger has the redacting serializer already (README, "Security
-// considerations"; the example's has) needs no factory of ours: every request
+// A host whose logger has the redacting serializer already (docs/security.md,
+// "Logger"; the example's has) needs no factory of ours: every request
 // logger inherits the serializer, and the plugin makes no child of its own.
 
 t.test('a host logger with the redacting serializer: no factory of ours, every line redacted', async (t) => {
@@ -191,19 +201,11 @@ t.test('a host logger with the redacting serializer: no factory of ours, every l
 })
 
 t.test('the host\'s serializer in its logger, and a plugin around ours that logs req its own way: our routes still redact', async (t) => {
-  const raw: string[] = []
-  const stream = new Writable({ write (chunk, _encoding, done) { raw.push(...String(chunk).split('\n').filter(Boolean)); done() } })
+  const { raw, stream } = lineCollector()
   const app = Fastify({ logger: { level: 'info', stream, serializers: { req: redactingRequestSerializer as unknown as (req: unknown) => Record<string, unknown> } } })
   const leaky = (request: { url: string }): Record<string, unknown> => ({ url: request.url })
   await app.register(async (scope) => {
-    await scope.register(dataEndpoints, {
-      storage: new SqliteStorage({ filename: ':memory:' }),
-      datasets: new MemoryDatasets().add(SALES_REF, salesDataset()),
-      pipelines: new MemoryJobs(),
-      jobs: new MemoryJobs(),
-      bcryptCost: 4,
-      getPermissions: (request) => String(request.headers['x-permissions'] ?? '').split(',').filter(Boolean)
-    })
+    await scope.register(dataEndpoints, pluginOptions())
     scope.get('/host-route', async () => 'ok')
   }, { logSerializers: { req: leaky } } as never)
   await app.ready()
