@@ -36,6 +36,7 @@ import dataEndpoints, { SqliteStorage, type DatasetSource } from '../../lib/inde
 import { MemoryJobs } from '../fixtures.js'
 import { compileForBench } from './compile.js'
 import { createEventsTable, eventsDataset } from './events-table.js'
+import { percentile } from './quantiles.js'
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 const SLOW_CLIENTS = Number(process.env.BENCH_SLOW_CLIENTS ?? 100)
@@ -213,11 +214,6 @@ function probe (port: number, jobId: string): { stop: () => Promise<number[]> } 
       return latencies
     }
   }
-}
-
-function percentile (values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p / 100))] ?? 0
 }
 
 interface Run { downloads: Downloaded[], seconds: number, probes: number[], report: Report }

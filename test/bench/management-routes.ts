@@ -18,6 +18,7 @@ import pg from 'pg'
 import { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
 import { buildScaleProject, scalePurpose } from '../scale-project.js'
 import { ADMIN, managementBenchApp } from './management-app.js'
+import { median, percentile } from './quantiles.js'
 
 const SIZES = (process.env.BENCH_SIZES ?? '10,100,1000,10000').split(',').map(Number)
 const RUNS = Number(process.env.BENCH_RUNS ?? 30)
@@ -48,8 +49,7 @@ async function time (base: string, c: Case): Promise<[number, number]> {
     if (res.status !== c.status) throw new Error(`${c.name}: ${method} ${url} answered ${res.status}`)
     if (i >= 3) times.push(Number(process.hrtime.bigint() - started) / 1e6)
   }
-  times.sort((a, b) => a - b)
-  return [times[Math.floor(times.length / 2)], times[Math.min(times.length - 1, Math.floor(times.length * 0.95))]]
+  return [median(times), percentile(times, 95)]
 }
 
 const results = new Map<string, Map<number, [number, number]>>()

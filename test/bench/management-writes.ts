@@ -11,6 +11,7 @@ import pg from 'pg'
 import { PgStorage, SqliteStorage, type Storage } from '../../lib/index.js'
 import { buildScaleProject } from '../scale-project.js'
 import { ADMIN, managementBenchApp } from './management-app.js'
+import { median, percentile } from './quantiles.js'
 
 const RUNS = 40
 const P = '/api-keys/acme/shop'
@@ -38,8 +39,7 @@ for (const size of [10, 10_000]) {
         if (res.statusCode >= 300) throw new Error(`${request(i).method} ${request(i).url}: ${res.statusCode} ${res.body}`)
         if (i >= 3) times.push(Number(process.hrtime.bigint() - started) / 1e6)
       }
-      times.sort((a, b) => a - b)
-      return `${times[Math.floor(times.length / 2)].toFixed(2)} / ${times[Math.floor(times.length * 0.95)].toFixed(2)}`
+      return `${median(times).toFixed(2)} / ${percentile(times, 95).toFixed(2)}`
     }
     const put = await time((i) => ({ method: 'PUT', url: `${P}/endpoints/1/dataset/1`, payload: { keyIds: keys.slice(i % 3, (i % 3) + 3).map((k) => k.id) } }))
     const patch = await time((i) => ({ method: 'PATCH', url: `${P}/keys/${keys[Math.floor(size / 2)].id}`, payload: { isActive: i % 2 === 1 } }))

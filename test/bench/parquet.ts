@@ -36,6 +36,7 @@ import dataEndpoints, { SqliteStorage, type DatasetSource } from '../../lib/inde
 import { MemoryJobs } from '../fixtures.js'
 import { compileForBench } from './compile.js'
 import { EVENTS_SELECT, createEventsTable, eventsDataset } from './events-table.js'
+import { percentile } from './quantiles.js'
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000)
 const LABEL = process.env.BENCH_LABEL ?? 'this code'
@@ -247,11 +248,6 @@ function probe (port: number, jobId: string): { stop: () => Promise<number[]> } 
       return latencies
     }
   }
-}
-
-function percentile (values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p / 100))] ?? 0
 }
 
 interface Run { downloads: Downloaded[], probes: number[], report: Report }
