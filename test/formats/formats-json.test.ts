@@ -66,6 +66,23 @@ t.test('the document: one array per entity, one row per line', async (t) => {
     '],"b":[\n\n]}\n')
 })
 
+t.test('a value the column cannot hold fails the download, naming entity and column, as rows come in arrays or streamed', async (t) => {
+  const columns: Column[] = [{ name: 'id', type: 'integer' }, { name: 'note', type: 'text' }, { name: 'at', type: 'date' }]
+  const cases: Array<[Row, string]> = [
+    [['1.5', 'x', null], 'Entity "e", column "id": an integer column needs an integer'],
+    [[1, 'x', 'not a day'], 'Entity "e", column "at": a date column needs a Date or \'YYYY-MM-DD\' text'],
+    [[1, { note: 'an object' }, null], 'Entity "e", column "note": a text column needs a string']
+  ]
+  for (const [bad, message] of cases) {
+    const rows: Row[] = [[0, 'fine', '2024-01-01'], bad]
+    const arrays: Dataset = { name: 'd', entities: [{ name: 'e', columns }], rows: () => rows }
+    const streamed = datasetOf('d', [{ name: 'e', columns, rows }])
+    for (const [path, dataset] of [['arrays', arrays], ['streamed', streamed]] as const) {
+      await t.rejects(collect(FORMATS.json(specOf(dataset)).body), { message }, `${path}: ${message}`)
+    }
+  }
+})
+
 t.test('row writers are kept per entity object: the same object writes the same; a new one with other columns writes its own', async (t) => {
   const rows: Row[] = [[1, 'a'], [2, null]]
   const columns = (second: string): Column[] => [{ name: 'id', type: 'integer' }, { name: second, type: 'text' }]
