@@ -13,23 +13,13 @@ export type CellWriter = (value: unknown) => string
 export function rowWriter (entity: Entity, cells: readonly CellWriter[], before: readonly string[], after: string): (row: Row) => string {
   const n = cells.length
   // json's members carry their own separators: no empty text added before each.
-  if (before.every((b) => b === '')) {
-    return (row) => {
-      let i = 0
-      try {
-        let out = cells[0](row[0])
-        for (i = 1; i < n; i++) out += cells[i](row[i])
-        return out + after
-      } catch (err) {
-        throw columnError(entity.name, entity.columns[i].name, err)
-      }
-    }
-  }
+  const hasSeparators = before.some((b) => b !== '')
   return (row) => {
     let i = 0
     try {
       let out = before[0] + cells[0](row[0])
-      for (i = 1; i < n; i++) out += before[i] + cells[i](row[i])
+      if (hasSeparators) for (i = 1; i < n; i++) out += before[i] + cells[i](row[i])
+      else for (i = 1; i < n; i++) out += cells[i](row[i])
       return out + after
     } catch (err) {
       throw columnError(entity.name, entity.columns[i].name, err)
