@@ -22,8 +22,3 @@ export function median (values: readonly number[]): number {
   const middle = s.length >> 1
   return s.length % 2 === 1 ? s[middle] : (s[middle - 1] + s[middle]) / 2
 }
-
-/** The slowest of `values`. */
-export function slowest (values: readonly number[]): number {
-  return sorted(values)[values.length - 1]
-}
